@@ -1,0 +1,95 @@
+"""Tensor element types, their numpy and CUDA spellings, and PyTorch-style promotion."""
+from __future__ import annotations
+
+from enum import Enum
+
+import numpy as np
+
+
+class DType(Enum):
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    INT32 = "int32"
+    BOOL = "bool"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_float(self) -> bool:
+        return self in FLOATS
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self]
+
+    @property
+    def cuda_name(self) -> str:
+        """The C type of this dtype in device memory."""
+        return CUDA_STORAGE[self]
+
+
+FLOATS = frozenset({DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16})
+ITEMSIZE = {DType.FLOAT32: 4, DType.FLOAT16: 2, DType.BFLOAT16: 2, DType.INT32: 4, DType.BOOL: 1}
+CUDA_STORAGE = {
+    DType.FLOAT32: "float", DType.FLOAT16: "__half", DType.BFLOAT16: "__nv_bfloat16",
+    DType.INT32: "int", DType.BOOL: "bool",
+}
+# Float width order for promotion; float16 and bfloat16 meet at float32, as in PyTorch.
+_FLOAT_RANK = {DType.FLOAT16: 1, DType.BFLOAT16: 1, DType.FLOAT32: 2}
+
+DTypeLike = "DType | str"
+
+
+def as_dtype(value: "DType | str | np.dtype") -> DType:
+    """Accept a DType, its name ("float16") or a numpy dtype."""
+    if isinstance(value, DType):
+        return value
+    name = str(np.dtype(value)) if not isinstance(value, str) else value
+    try:
+        return DType(name)
+    except ValueError:
+        known = ", ".join(d.value for d in DType)
+        raise TypeError(f"unknown dtype {value!r}; known dtypes: {known}") from None
+
+
+def promote(a: DType, b: DType) -> DType | None:
+    """The dtype of a binary op on a and b, or None where only an explicit cast may mix them."""
+    if a == b:
+        return a
+    if a.is_float and b.is_float:
+        if _FLOAT_RANK[a] == _FLOAT_RANK[b]:
+            return DType.FLOAT32
+        return a if _FLOAT_RANK[a] > _FLOAT_RANK[b] else b
+    return None
+
+
+def numpy_dtype(dtype: DType) -> np.dtype:
+    """The numpy dtype that holds this dtype on the host (bfloat16 travels as its raw uint16 bits)."""
+    return {
+        DType.FLOAT32: np.dtype(np.float32), DType.FLOAT16: np.dtype(np.float16),
+        DType.BFLOAT16: np.dtype(np.uint16), DType.INT32: np.dtype(np.int32), DType.BOOL: np.dtype(np.bool_),
+    }[dtype]
+
+
+def round_to(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """Values as device memory of this dtype would hold them, returned in float64 (or int/bool)."""
+    if dtype == DType.BFLOAT16:
+        return bfloat16_to_float(float_to_bfloat16(values)).astype(np.float64)
+    if dtype.is_float:
+        return np.asarray(values).astype(numpy_dtype(dtype)).astype(np.float64)
+    return np.asarray(values).astype(numpy_dtype(dtype))
+
+
+def float_to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """Round float values to bfloat16 (nearest even), returned as raw uint16 bits."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = np.isnan(np.asarray(values, dtype=np.float32))
+    return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
+
+
+def bfloat16_to_float(bits: np.ndarray) -> np.ndarray:
+    """Widen raw bfloat16 bits to float32."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)

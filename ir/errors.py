@@ -1,0 +1,53 @@
+"""The project's errors: every error a user can cause is a TensorsmithError with one clear message."""
+from __future__ import annotations
+
+import os
+import sys
+
+_PACKAGE_ROOTS = tuple(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + name + os.sep
+    for name in ("ir", "compiler", "rewrites", "search", "codegen")
+)
+
+
+class TensorsmithError(Exception):
+    """Base of every error tensorsmith raises on purpose."""
+
+
+class ShapeError(TensorsmithError, ValueError):
+    """An op got operands whose shapes, axes or arity do not fit."""
+
+
+class DTypeError(TensorsmithError, TypeError):
+    """An op got operands whose dtypes do not fit."""
+
+
+class GraphError(TensorsmithError, ValueError):
+    """A graph is malformed: a duplicate name, a tensor from another graph, no outputs."""
+
+
+class InputError(TensorsmithError, ValueError):
+    """A call got inputs of the wrong name, shape or dtype."""
+
+
+class TargetError(TensorsmithError, ValueError):
+    """An unknown compilation target."""
+
+
+class CompileError(TensorsmithError, RuntimeError):
+    """Generated CUDA failed to compile: a compiler bug, reported with the source saved."""
+
+
+class DeviceError(TensorsmithError, RuntimeError):
+    """No usable GPU, or a CUDA call failed."""
+
+
+def user_location() -> str:
+    """The `file:line` of the innermost stack frame outside tensorsmith, for error messages."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE_ROOTS) and "<frozen" not in path:
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"

@@ -1,0 +1,120 @@
+"""The reference interpreter: evaluates any Graph in numpy float64. It is the oracle for every test.
+
+Floats are float64 throughout (a cast between float dtypes does not round), int32 stays int32 and
+bool stays bool. `SEMANTICS` is the one definition of what each op means.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+from .dtypes import DType
+from .errors import InputError
+from .graph import Graph
+from .node import Node, toposort
+from .ops import Op
+
+
+def _host_dtype(dtype: DType) -> type:
+    return {DType.INT32: np.int32, DType.BOOL: np.bool_}.get(dtype, np.float64)
+
+
+def _cast(x: np.ndarray, node: Node) -> np.ndarray:
+    if node.dtype == DType.BOOL:
+        return x != 0
+    if node.dtype == DType.INT32:
+        with np.errstate(invalid="ignore"):
+            return np.trunc(x).astype(np.int32) if x.dtype.kind == "f" else x.astype(np.int32)
+    return x.astype(np.float64)
+
+
+def _iota(node: Node) -> np.ndarray:
+    axis = node.arg
+    line = np.arange(node.shape[axis], dtype=np.int32).reshape([-1 if a == axis else 1 for a in range(node.ndim)])
+    return np.ascontiguousarray(np.broadcast_to(line, node.shape))
+
+
+def _reduce(fn: Callable[..., np.ndarray]) -> Callable[[Node, np.ndarray], np.ndarray]:
+    def apply(node: Node, x: np.ndarray) -> np.ndarray:
+        return np.asarray(fn(x, axis=node.arg)).astype(_host_dtype(node.dtype))
+    return apply
+
+
+def _slice(node: Node, x: np.ndarray) -> np.ndarray:
+    return x[tuple(slice(lo, hi) for lo, hi in node.arg)]
+
+
+# One entry per op: (node, *source values) -> value.
+SEMANTICS: dict[Op, Callable[..., np.ndarray]] = {
+    Op.EXP2: lambda n, x: np.exp2(x),
+    Op.LOG2: lambda n, x: np.log2(x),
+    Op.SIN: lambda n, x: np.sin(x),
+    Op.SQRT: lambda n, x: np.sqrt(x),
+    Op.RECIP: lambda n, x: np.divide(1.0, x),
+    Op.ADD: lambda n, a, b: (a + b).astype(_host_dtype(n.dtype)),
+    Op.MUL: lambda n, a, b: (a * b).astype(_host_dtype(n.dtype)),
+    Op.MOD: lambda n, a, b: np.fmod(a, b).astype(_host_dtype(n.dtype)),
+    Op.LESS_THAN: lambda n, a, b: np.less(a, b),
+    Op.SUM: _reduce(np.sum),
+    Op.MAX: _reduce(np.max),
+    Op.CONSTANT: lambda n: np.full(n.shape, n.arg, dtype=_host_dtype(n.dtype)),
+    Op.IOTA: _iota,
+    Op.CAST: lambda n, x: _cast(x, n),
+    Op.RESHAPE: lambda n, x: x.reshape(n.arg),
+    Op.PERMUTE: lambda n, x: np.transpose(x, n.arg),
+    Op.EXPAND: lambda n, x: np.broadcast_to(x, n.arg),
+    Op.SLICE: _slice,
+    Op.PAD: lambda n, x: np.pad(x, n.arg),
+    Op.CONTIGUOUS: lambda n, x: np.ascontiguousarray(x),
+}
+
+
+def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """Values of every node reachable from `roots`, keyed by id(node); INPUT nodes read `leaves[name]`."""
+    values: dict[int, np.ndarray] = {}
+    with np.errstate(all="ignore"):
+        for node in toposort(roots):
+            if node.op == Op.INPUT:
+                values[id(node)] = leaves[node.arg]
+            else:
+                values[id(node)] = SEMANTICS[node.op](node, *(values[id(s)] for s in node.srcs))
+    return values
+
+
+def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """The inputs as host arrays of the reference's dtypes, or an InputError naming what is wrong."""
+    missing = [name for name in graph.inputs if name not in inputs]
+    extra = [name for name in inputs if name not in graph.inputs]
+    if missing or extra:
+        raise InputError(f"graph {graph.name!r} takes inputs {list(graph.inputs)}; "
+                         f"missing {missing}, unexpected {extra}")
+    arrays = {}
+    for name, node in graph.inputs.items():
+        value = np.asarray(_to_numpy(inputs[name]))
+        if value.shape != node.shape:
+            raise InputError(f"input {name!r} of graph {graph.name!r}: expected shape {node.shape}, got {value.shape}")
+        if node.dtype.is_float != (value.dtype.kind == "f") or (node.dtype == DType.BOOL) != (value.dtype == bool):
+            raise InputError(f"input {name!r} of graph {graph.name!r}: expected {node.dtype}, got {value.dtype}")
+        arrays[name] = value.astype(_host_dtype(node.dtype))
+    return arrays
+
+
+def _to_numpy(value: object) -> object:
+    """Accept torch tensors (on any device) and cupy arrays as well as numpy arrays."""
+    if type(value).__module__.startswith("torch"):
+        return value.detach().float().cpu().numpy() if value.is_floating_point() else value.detach().cpu().numpy()
+    if hasattr(value, "get") and type(value).__module__.startswith("cupy"):
+        return value.get()
+    return value
+
+
+def evaluate(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Run `graph` on `inputs` in float64: {output name: array}.
+
+    >>> evaluate(g, {"x": np.ones((4,), np.float32)})["y"]
+    """
+    if not graph.outputs:
+        raise InputError(f"graph {graph.name!r} has no outputs")
+    values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs))
+    return {name: np.array(values[id(node)]) for name, node in graph.outputs.items()}

@@ -1,0 +1,100 @@
+"""KernelProgram: the lower IR that search produces, codegen renders and the numpy executor runs.
+
+A program is an ordered list of kernels over named buffers. Each kernel is a fused subgraph: a DAG of
+Nodes whose INPUT leaves name the buffers it reads, with an archetype (which template renders it)
+and a schedule (that template's parameters).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from .dtypes import DType, round_to
+from .interpreter import evaluate_nodes
+from .node import Node, toposort
+from .ops import Op
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A tensor in device memory: a program input, a program output, or a temporary between kernels."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+    role: str  # "input" | "output" | "temp"
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An archetype's parameters for one kernel, e.g. {"block": 256}; hashable and ordered."""
+
+    params: tuple[tuple[str, int], ...] = ()
+
+    @staticmethod
+    def of(**params: int) -> "Schedule":
+        return Schedule(tuple(sorted(params.items())))
+
+    def __getitem__(self, key: str) -> int:
+        return dict(self.params)[key]
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.params)
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.params) or "default"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One launch: computes `outputs` (buffer name -> node of the body) from the buffers it reads."""
+
+    name: str
+    archetype: str
+    outputs: tuple[tuple[str, Node], ...]
+    schedule: Schedule = field(default_factory=Schedule)
+
+    @property
+    def body(self) -> list[Node]:
+        return toposort(node for _, node in self.outputs)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Names of the buffers this kernel reads, in first-use order."""
+        return tuple(dict.fromkeys(n.arg for n in self.body if n.op == Op.INPUT))
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.outputs)
+
+    def ops_summary(self) -> str:
+        """The compute ops this kernel performs, e.g. 'max, add, exp2, sum, recip, mul'."""
+        ops = [n.op.value for n in self.body if n.op not in (Op.INPUT, Op.CONSTANT)]
+        return ", ".join(dict.fromkeys(ops))
+
+
+@dataclass
+class KernelProgram:
+    """Ordered kernels over buffers; `outputs` maps each graph output name to its buffer."""
+
+    name: str
+    buffers: dict[str, Buffer]
+    kernels: list[Kernel]
+    inputs: tuple[str, ...]
+    outputs: dict[str, str]
+
+    def execute(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the kernels in numpy, rounding every buffer to its dtype as device memory would."""
+        memory: dict[str, np.ndarray] = {name: round_to(np.asarray(inputs[name]), self.buffers[name].dtype)
+                                         for name in self.inputs}
+        for kernel in self.kernels:
+            values = evaluate_nodes([node for _, node in kernel.outputs], memory)
+            for name, node in kernel.outputs:
+                memory[name] = round_to(np.asarray(values[id(node)]), self.buffers[name].dtype)
+        return {out: memory[buf] for out, buf in self.outputs.items()}

@@ -1,0 +1,103 @@
+"""The nn library: every layer is a short composition of primitives, documented by its formula."""
+from __future__ import annotations
+
+import math
+
+from .tensor import HALF_PI, Tensor, constant, iota, matmul, maximum, where  # noqa: F401 (re-exported)
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU
+GELU_CUBIC = 0.044715
+
+
+def relu(x: Tensor) -> Tensor:
+    """max(x, 0) = x * (0 < x)."""
+    return x * (0 < x).cast(x.dtype)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """1 / (1 + e**-x)."""
+    return (1 + (-x).exp()).recip()
+
+
+def tanh(x: Tensor) -> Tensor:
+    """tanh(x) = 2 * sigmoid(2x) - 1."""
+    return 2 * sigmoid(2 * x) - 1
+
+
+def gelu(x: Tensor) -> Tensor:
+    """GELU, tanh form: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x**3)))."""
+    return 0.5 * x * (1 + tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)))
+
+
+def silu(x: Tensor) -> Tensor:
+    """x * sigmoid(x)."""
+    return x * sigmoid(x)
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """e**(x - max) / sum(e**(x - max)) along `axis`."""
+    e = (x - x.max(axis, keepdim=True)).exp()
+    return e / e.sum(axis, keepdim=True)
+
+
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """x - max - log(sum(e**(x - max))) along `axis`."""
+    shifted = x - x.max(axis, keepdim=True)
+    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+
+def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis."""
+    centered = x - x.mean(-1, keepdim=True)
+    out = centered * ((centered * centered).mean(-1, keepdim=True) + eps).rsqrt()
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    """x / sqrt(mean(x**2) + eps) * weight over the last axis."""
+    out = x * ((x * x).mean(-1, keepdim=True) + eps).rsqrt()
+    return out * weight if weight is not None else out
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ weight.T + bias, with weight of shape (out_features, in_features) as in PyTorch."""
+    out = x @ weight.transpose(-1, -2)
+    return out + bias if bias is not None else out
+
+
+def causal_mask(q_len: int, k_len: int) -> Tensor:
+    """True where query i may not see key j: j > i + (k_len - q_len)."""
+    row = iota((q_len, k_len), axis=0)
+    col = iota((q_len, k_len), axis=1)
+    return row + (k_len - q_len) < col
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: float | None = None) -> Tensor:
+    """softmax(q @ k^T * scale + mask) @ v; the softmax runs in float32, masked scores are -1e9."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = ((q @ k.transpose(-1, -2)) * scale).cast("float32")
+    if causal:
+        scores = scores + causal_mask(q.shape[-2], k.shape[-2]).cast("float32") * -1e9
+    return softmax(scores, axis=-1).cast(v.dtype) @ v
+
+
+def rope(x: Tensor, base: float = 10000.0) -> Tensor:
+    """Rotary position embedding (computed in float32), rotate-half form, positions 0..T-1 along axis -2 of (..., T, D)."""
+    seq, dim = x.shape[-2], x.shape[-1]
+    half = dim // 2
+    if dim % 2:
+        raise ValueError(f"rope: the last axis must be even, got {x.shape}")
+    position = iota((seq, half), axis=0).cast("float32")
+    inv_freq = (iota((seq, half), axis=1).cast("float32") * (-2.0 * math.log2(base) / dim)).exp2()
+    angle = position * inv_freq
+    cos, sin = angle.cos(), angle.sin()
+    wide = x.cast("float32")
+    x1, x2 = wide[..., :half], wide[..., half:]
+    lead = [(0, 0)] * (x.ndim - 1)
+    first = (x1 * cos - x2 * sin).pad(lead + [(0, half)])
+    second = (x2 * cos + x1 * sin).pad(lead + [(half, 0)])
+    return (first + second).cast(x.dtype)

@@ -1,0 +1,63 @@
+"""Graph nodes: one frozen record per op application, compared by identity."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from .dtypes import DType
+from .ops import Op
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One op applied to `srcs`, with its inferred shape and dtype; `where` is the user's file:line."""
+
+    op: Op
+    srcs: tuple["Node", ...]
+    shape: tuple[int, ...]
+    dtype: DType
+    arg: Any = None
+    where: str = ""
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        total = 1
+        for dim in self.shape:
+            total *= dim
+        return total
+
+    def __repr__(self) -> str:
+        arg = f", {self.arg!r}" if self.arg is not None else ""
+        return f"Node({self.op}{arg}, shape={self.shape}, dtype={self.dtype})"
+
+
+def toposort(roots: Iterable[Node]) -> list[Node]:
+    """Every node reachable from `roots`, each after its sources (iterative: graphs can be deep)."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in roots:
+        stack: list[tuple[Node, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((src, False) for src in reversed(node.srcs) if id(src) not in seen)
+    return order
+
+
+def consumers(order: list[Node]) -> dict[int, list[Node]]:
+    """Map from a node's id to the nodes that use it, for nodes in `order`."""
+    users: dict[int, list[Node]] = {id(node): [] for node in order}
+    for node in order:
+        for src in node.srcs:
+            users[id(src)].append(node)
+    return users
