@@ -2,12 +2,14 @@
 
 >>> import tensorsmith as ts
 >>> g = ts.Graph("double"); x = g.input("x", (8,), "float32"); g.output("y", x * 2)
->>> ts.evaluate(g, {"x": np.ones(8, np.float32)})["y"]
+>>> prog = ts.compile(g, target="sm90")
 """
 from tensorsmith.ir import (DType, DTypeError, Graph, GraphError, InputError, ShapeError, TargetError, Tensor,
                             TensorsmithError, constant, evaluate, iota, nn)
 
-__version__ = "0.1.0"
+from .pipeline import VERSION as __version__
+from .pipeline import compile
+from .program import Program, load
 
 __all__ = ["DType", "DTypeError", "Graph", "GraphError", "InputError", "ShapeError", "TargetError", "Tensor",
-           "TensorsmithError", "constant", "evaluate", "iota", "nn", "__version__"]
+           "TensorsmithError", "constant", "evaluate", "iota", "nn", "compile", "Program", "load", "__version__"]

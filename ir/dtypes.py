@@ -5,6 +5,8 @@ from enum import Enum
 
 import numpy as np
 
+from .errors import DTypeError, user_location
+
 
 class DType(Enum):
     FLOAT32 = "float32"
@@ -46,12 +48,12 @@ def as_dtype(value: "DType | str | np.dtype") -> DType:
     """Accept a DType, its name ("float16") or a numpy dtype."""
     if isinstance(value, DType):
         return value
-    name = str(np.dtype(value)) if not isinstance(value, str) else value
     try:
-        return DType(name)
-    except ValueError:
+        return DType(str(np.dtype(value)) if not isinstance(value, str) else value)
+    except (TypeError, ValueError):
         known = ", ".join(d.value for d in DType)
-        raise TypeError(f"unknown dtype {value!r}; known dtypes: {known}") from None
+        # a DTypeError is a TypeError too, so callers that caught TypeError still do
+        raise DTypeError(f"unknown dtype {value!r}; known dtypes: {known} at {user_location()}") from None
 
 
 def promote(a: DType, b: DType) -> DType | None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from .errors import ShapeError, user_location
 from .tensor import HALF_PI, Tensor, constant, iota, matmul, maximum, where  # noqa: F401 (re-exported)
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU
@@ -87,10 +88,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: floa
 
 def rope(x: Tensor, base: float = 10000.0) -> Tensor:
     """Rotary position embedding (computed in float32), rotate-half form, positions 0..T-1 along axis -2 of (..., T, D)."""
+    if x.ndim < 2 or x.shape[-1] % 2:
+        raise ShapeError(f"rope: needs (..., T, D) with D even, got {x.shape} at {user_location()}")
     seq, dim = x.shape[-2], x.shape[-1]
     half = dim // 2
-    if dim % 2:
-        raise ValueError(f"rope: the last axis must be even, got {x.shape}")
     position = iota((seq, half), axis=0).cast("float32")
     inv_freq = (iota((seq, half), axis=1).cast("float32") * (-2.0 * math.log2(base) / dim)).exp2()
     angle = position * inv_freq

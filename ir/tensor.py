@@ -290,6 +290,9 @@ def _getitem(x: Tensor, index: object) -> Tensor:
             stop = max(stop, start)
             bounds.append((start, stop))
             out_shape.append(stop - start)
+        elif isinstance(item, bool):
+            # numpy reads a bool as a mask, not as the index 0 or 1; refuse rather than pick a row silently
+            raise TypeError(f"getitem: bool index {item!r} is not supported at {user_location()}")
         elif isinstance(item, int):
             if not -size <= item < size:
                 raise ShapeError(f"getitem: index {item} out of range for axis {axis} of {x.shape}"

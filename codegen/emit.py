@@ -1,0 +1,215 @@
+"""The expression emitter: renders a kernel body's nodes into CUDA C, one statement per value.
+
+Values are computed at a symbolic index (a tuple of C integer expressions, one per axis). Views never
+move data: they rewrite the index and ask for the source's value there. Each (node, index) pair is
+emitted once per scope and named `v<N>`; reductions are either supplied by the archetype (a value
+already reduced cooperatively for the current row) or refused with `NotFusable`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.node import Node
+from tensorsmith.ir.ops import Op
+
+Index = tuple[str, ...]
+
+COMPUTE_TYPE = {DType.FLOAT32: "float", DType.FLOAT16: "float", DType.BFLOAT16: "float",
+                DType.INT32: "int", DType.BOOL: "bool"}
+LOAD = {DType.FLOAT16: "__half2float({})", DType.BFLOAT16: "__bfloat162float({})"}
+STORE = {DType.FLOAT16: "__float2half_rn({})", DType.BFLOAT16: "__float2bfloat16_rn({})"}
+UNARY_C = {Op.EXP2: "exp2f({})", Op.LOG2: "log2f({})", Op.SIN: "sinf({})", Op.SQRT: "sqrtf({})",
+           Op.RECIP: "(1.0f / {})"}
+BINARY_C = {Op.ADD: "({} + {})", Op.MUL: "({} * {})", Op.LESS_THAN: "({} < {})"}
+REDUCE_INIT = {(Op.SUM, "float"): "0.0f", (Op.SUM, "int"): "0", (Op.MAX, "float"): "(-TS_INFINITY)",
+               (Op.MAX, "int"): "(-2147483647 - 1)"}
+REDUCE_COMBINE = {(Op.SUM, "float"): "{} + {}", (Op.SUM, "int"): "{} + {}",
+                  (Op.MAX, "float"): "fmaxf({}, {})", (Op.MAX, "int"): "max({}, {})"}
+
+
+class NotFusable(Exception):
+    """The body cannot be emitted in this archetype because `node` would have to be recomputed off-row."""
+
+    def __init__(self, node: Node, reason: str):
+        super().__init__(reason)
+        self.node = node
+
+
+def c_literal(value: float | int | bool, dtype: DType) -> str:
+    """A C literal for a constant of this dtype (floats as float32 literals, inf and nan by name)."""
+    if dtype == DType.BOOL:
+        return "true" if value else "false"
+    if dtype == DType.INT32:
+        return str(int(value))
+    if math.isnan(value):
+        return "TS_NAN"
+    if math.isinf(value):
+        return "TS_INFINITY" if value > 0 else "(-TS_INFINITY)"
+    text = repr(float(value))
+    return f"{text}f" if text[0] != "-" else f"({text}f)"
+
+
+def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
+
+
+def linear_index(index: Index, shape: tuple[int, ...]) -> str:
+    """The row-major offset of `index` in a contiguous tensor of `shape`."""
+    terms = [f"({i})" if stride == 1 else f"({i}) * {stride}"
+             for i, stride, dim in zip(index, row_major_strides(shape), shape) if dim != 1]
+    return " + ".join(terms) or "0"
+
+
+def delinearize(flat: str, shape: tuple[int, ...]) -> Index:
+    """Per-axis indices of the row-major offset `flat` in `shape`."""
+    out = []
+    for axis, (stride, dim) in enumerate(zip(row_major_strides(shape), shape)):
+        if dim == 1:
+            out.append("0")
+            continue
+        part = flat if stride == 1 else f"({flat}) / {stride}"
+        out.append(part if axis == 0 else f"({part}) % {dim}")
+    return tuple(out)
+
+
+def view_source_index(node: Node, index: Index) -> tuple[Index, str | None]:
+    """The index into a view's source, and a C condition under which the element exists (PAD only)."""
+    src = node.srcs[0]
+    if node.op == Op.PERMUTE:
+        mapped = [""] * node.ndim
+        for out_axis, src_axis in enumerate(node.arg):
+            mapped[src_axis] = index[out_axis]
+        return tuple(mapped), None
+    if node.op == Op.EXPAND:
+        return tuple("0" if s != d else i for i, s, d in zip(index, src.shape, node.shape)), None
+    if node.op == Op.SLICE:
+        return tuple(i if lo == 0 else f"({i} + {lo})" for i, (lo, _) in zip(index, node.arg)), None
+    if node.op == Op.PAD:
+        inside, mapped = [], []
+        for i, (lo, hi), dim in zip(index, node.arg, src.shape):
+            shifted = i if lo == 0 else f"({i} - {lo})"
+            if lo or hi:
+                inside.append(f"{shifted} >= 0 && {shifted} < {dim}")
+                shifted = f"min(max({shifted}, 0), {dim - 1})"   # clamped so the load stays in bounds
+            mapped.append(shifted)
+        return tuple(mapped), " && ".join(inside) or None
+    if node.op == Op.RESHAPE:
+        return _reshape_index(index, node.shape, src.shape), None
+    raise AssertionError(f"not a view: {node.op}")
+
+
+def _reshape_index(index: Index, shape: tuple[int, ...], src_shape: tuple[int, ...]) -> Index:
+    if [d for d in shape if d != 1] == [d for d in src_shape if d != 1]:
+        # only size-1 axes come or go: carry the other indices across unchanged
+        kept = iter(i for i, d in zip(index, shape) if d != 1)
+        return tuple("0" if d == 1 else next(kept) for d in src_shape)
+    return delinearize(linear_index(index, shape), src_shape)
+
+
+@dataclass
+class Emitter:
+    """Accumulates the statements that compute values of a kernel body."""
+
+    buffer_shapes: dict[str, tuple[int, ...]]
+    lines: list[str] = field(default_factory=list)
+    reduced: dict[int, tuple[Index, str]] = field(default_factory=dict)
+    _memo: list[dict[tuple[int, Index], str]] = field(default_factory=lambda: [{}])
+    _count: int = 0
+    indent: int = 1
+
+    def fresh(self, prefix: str = "v") -> str:
+        self._count += 1
+        return f"{prefix}{self._count}"
+
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.indent + text)
+
+    def open_scope(self, header: str) -> None:
+        """Start a C block (a loop or an if); values emitted inside are forgotten when it closes."""
+        self.line(header + " {")
+        self.indent += 1
+        self._memo.append(dict(self._memo[-1]))
+
+    def close_scope(self) -> None:
+        self._memo.pop()
+        self.indent -= 1
+        self.line("}")
+
+    def value(self, node: Node, index: Index) -> str:
+        """A C expression holding `node`'s value at `index` (emitting the statements it needs)."""
+        key = (id(node), index)
+        memo = self._memo[-1]
+        if key not in memo:
+            memo[key] = self._emit(node, index)
+        return memo[key]
+
+    def _bind(self, node: Node, expr: str) -> str:
+        name = self.fresh()
+        self.line(f"const {COMPUTE_TYPE[node.dtype]} {name} = {expr};")
+        return name
+
+    def _emit(self, node: Node, index: Index) -> str:
+        op = node.op
+        if op == Op.INPUT:
+            load = f"g_{node.arg}[{linear_index(index, self.buffer_shapes[node.arg])}]"
+            return self._bind(node, LOAD.get(node.dtype, "{}").format(load))
+        if op == Op.CONSTANT:
+            return c_literal(node.arg, node.dtype)
+        if op == Op.IOTA:
+            return f"((int)({index[node.arg]}))"
+        if op in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.PAD):
+            src_index, inside = view_source_index(node, index)
+            inner = self.value(node.srcs[0], src_index)
+            if inside is None:
+                return inner
+            zero = c_literal(0, node.dtype)
+            return self._bind(node, f"({inside}) ? {inner} : {zero}")
+        if op == Op.CONTIGUOUS:
+            return self.value(node.srcs[0], index)
+        if op in (Op.SUM, Op.MAX):
+            return self._reduced_value(node, index)
+        args = [self.value(src, index) for src in node.srcs]
+        return self._bind(node, self._compute(node, args))
+
+    def _compute(self, node: Node, args: list[str]) -> str:
+        op = node.op
+        if op in UNARY_C:
+            return UNARY_C[op].format(*args)
+        if op in BINARY_C:
+            return BINARY_C[op].format(*args)
+        if op == Op.MOD:
+            return f"fmodf({args[0]}, {args[1]})" if node.dtype.is_float else f"({args[0]} % {args[1]})"
+        if op == Op.CAST:
+            src = node.srcs[0].dtype
+            if node.dtype == DType.BOOL:
+                return f"({args[0]} != 0)"
+            if node.dtype.is_float and src.is_float:
+                return args[0]
+            return f"(({COMPUTE_TYPE[node.dtype]}){args[0]})"
+        raise AssertionError(f"no C form for {op}")
+
+    def _reduced_value(self, node: Node, index: Index) -> str:
+        if id(node) not in self.reduced:
+            raise NotFusable(node, f"{node.op} is not reduced cooperatively in this kernel")
+        row_index, name = self.reduced[id(node)]
+        if index != row_index:
+            raise NotFusable(node, f"{node.op} is needed at {index}, not at the current row {row_index}")
+        return name
+
+    def store(self, buffer: str, dtype: DType, index: Index, value: str) -> None:
+        offset = linear_index(index, self.buffer_shapes[buffer])
+        self.line(f"g_{buffer}[{offset}] = {STORE.get(dtype, '{}').format(value)};")
+
+
+def reduce_init(node: Node) -> str:
+    return REDUCE_INIT[(node.op, COMPUTE_TYPE[node.dtype])]
+
+
+def reduce_combine(node: Node, acc: str, value: str) -> str:
+    return REDUCE_COMBINE[(node.op, COMPUTE_TYPE[node.dtype])].format(acc, value)

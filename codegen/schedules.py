@@ -1,0 +1,36 @@
+"""Each archetype's schedule space (what search may choose) and the default choice for a kernel."""
+from __future__ import annotations
+
+from tensorsmith.ir.kernel_program import Kernel, Schedule
+from tensorsmith.ir.ops import REDUCE
+
+# The parameters each archetype's template takes, and the values search may try.
+ARCHETYPES: dict[str, dict[str, tuple[int, ...]]] = {
+    "pointwise": {"block": (128, 256, 512)},
+    "row_reduce": {"row_threads": (32, 64, 128, 256, 512, 1024), "block": (32, 64, 128, 256, 512, 1024)},
+}
+ELEMENTS_PER_THREAD = 8   # aim for this many elements of a row per thread in each strided loop
+
+
+def default_schedule(kernel: Kernel) -> Schedule:
+    """A sensible schedule before search tunes it: enough threads per row to keep ~8 elements each."""
+    if kernel.archetype == "pointwise":
+        return Schedule.of(block=256)
+    longest = max(n.srcs[0].shape[n.arg] for n in kernel.body if n.op in REDUCE)
+    row_threads = 32
+    while row_threads < 1024 and row_threads * ELEMENTS_PER_THREAD < longest:
+        row_threads *= 2
+    # past one warp a row's threads meet at block barriers, so such a row has its block to itself
+    return Schedule.of(row_threads=row_threads, block=row_threads if row_threads > 32 else 256)
+
+
+def is_valid(archetype: str, schedule: Schedule) -> bool:
+    """Whether `schedule` lies in the archetype's space (and row threads divide the block)."""
+    space = ARCHETYPES[archetype]
+    params = schedule.as_dict()
+    if set(params) != set(space) or any(v not in space[k] for k, v in params.items()):
+        return False
+    if archetype == "row_reduce":
+        threads, block = params["row_threads"], params["block"]
+        return block % threads == 0 and (threads == 32 or block == threads)
+    return True

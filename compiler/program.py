@@ -1,0 +1,164 @@
+"""Program: what `compile` returns. It runs on the GPU, runs its kernel program in numpy, and saves itself."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.errors import InputError, TensorsmithError
+from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.interpreter import check_inputs
+from tensorsmith.ir.kernel_program import Buffer, KernelProgram
+
+PROGRAM_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """One generated kernel: its source, cubin, launch shape and measured time (ms, None if not profiled)."""
+
+    name: str
+    file_stem: str
+    archetype: str
+    schedule: dict[str, int]
+    source: str
+    cubin: bytes
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    params: tuple[str, ...]
+    measured_ms: float | None = None
+
+
+@dataclass
+class Program:
+    """A compiled graph: `program(**inputs)` returns {output name: numpy array}."""
+
+    name: str
+    target: str
+    buffers: dict[str, Buffer]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    kernels: list[CompiledKernel]
+    seed: int = 0
+    compiler_version: str = ""
+    graph: Graph | None = None
+    kernel_program: KernelProgram | None = None
+    report: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, device: str | None = None, **inputs: object) -> dict[str, np.ndarray]:
+        """Run on `device` ("cuda" or "cpu"; default: the GPU where there is one, else the CPU)."""
+        from tensorsmith.codegen.runtime import gpu_available
+        device = device or ("cuda" if gpu_available() else "cpu")
+        arrays = self._check_inputs(inputs)
+        if device == "cpu":
+            if self.kernel_program is None:
+                raise TensorsmithError(f"program {self.name!r} was loaded from disk; it runs on the GPU only")
+            return {k: np.asarray(v, dtype=_host(self.buffers[k].dtype)) for k, v in
+                    self.kernel_program.execute(arrays).items()}
+        if device != "cuda":
+            raise InputError(f"unknown device {device!r}; use 'cuda' or 'cpu'")
+        from .executor import run_on_gpu
+        return run_on_gpu(self, arrays)
+
+    def _check_inputs(self, inputs: Mapping[str, object]) -> dict[str, np.ndarray]:
+        if self.graph is not None:
+            checked = check_inputs(self.graph, inputs)
+            return {name: _to_host_dtype(inputs[name], self.buffers[name].dtype, checked[name]) for name in checked}
+        missing = [n for n in self.inputs if n not in inputs]
+        extra = [n for n in inputs if n not in self.inputs]
+        if missing or extra:
+            raise InputError(f"program {self.name!r} takes inputs {list(self.inputs)}; missing {missing},"
+                             f" unexpected {extra}")
+        arrays = {}
+        for name in self.inputs:
+            value, buf = np.asarray(_numpy(inputs[name])), self.buffers[name]
+            if value.shape != buf.shape:
+                raise InputError(f"input {name!r}: expected shape {buf.shape}, got {value.shape}")
+            arrays[name] = value
+        return arrays
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write kernels/NN_name.cu, their cubins and program.json into `path`, atomically."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            (staging / "kernels").mkdir()
+            for kernel in self.kernels:
+                (staging / "kernels" / f"{kernel.file_stem}.cu").write_text(kernel.source)
+                (staging / "kernels" / f"{kernel.file_stem}.cubin").write_bytes(kernel.cubin)
+            (staging / "program.json").write_text(json.dumps(self.describe(), indent=2) + "\n")
+            _replace_dir(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return target
+
+    def describe(self) -> dict[str, Any]:
+        """The program.json document (documented in docs/program-json.md)."""
+        def tensor(name: str) -> dict[str, Any]:
+            buf = self.buffers[name]
+            return {"name": name, "shape": list(buf.shape), "dtype": buf.dtype.value}
+        return {
+            "format": PROGRAM_FORMAT, "graph": self.name, "target": self.target,
+            "compiler_version": self.compiler_version, "seed": self.seed,
+            "inputs": [tensor(n) for n in self.inputs], "outputs": [tensor(n) for n in self.outputs],
+            "buffers": [{**tensor(b.name), "role": b.role, "bytes": b.nbytes} for b in self.buffers.values()],
+            "kernels": [{"name": k.name, "source": f"kernels/{k.file_stem}.cu", "cubin": f"kernels/{k.file_stem}.cubin",
+                         "archetype": k.archetype, "schedule": k.schedule, "grid": list(k.grid),
+                         "block": list(k.block), "params": list(k.params), "measured_ms": k.measured_ms}
+                        for k in self.kernels],
+            "report": self.report,
+        }
+
+
+def load(path: str | os.PathLike) -> Program:
+    """A Program saved by `Program.save` (it runs on the GPU; the graph is not saved)."""
+    folder = Path(path)
+    try:
+        doc = json.loads((folder / "program.json").read_text())
+    except (OSError, ValueError) as err:
+        raise TensorsmithError(f"{folder} is not a saved tensorsmith program: {err}") from None
+    if doc.get("format") != PROGRAM_FORMAT:
+        raise TensorsmithError(f"{folder}/program.json has format {doc.get('format')!r}; expected {PROGRAM_FORMAT}")
+    buffers = {b["name"]: Buffer(b["name"], tuple(b["shape"]), DType(b["dtype"]), b["role"]) for b in doc["buffers"]}
+    kernels = [CompiledKernel(k["name"], Path(k["source"]).stem, k["archetype"], k["schedule"],
+                              (folder / k["source"]).read_text(), (folder / k["cubin"]).read_bytes(),
+                              tuple(k["grid"]), tuple(k["block"]), tuple(k["params"]), k["measured_ms"])
+               for k in doc["kernels"]]
+    return Program(doc["graph"], doc["target"], buffers, tuple(t["name"] for t in doc["inputs"]),
+                   tuple(t["name"] for t in doc["outputs"]), kernels, doc["seed"], doc["compiler_version"],
+                   report=doc.get("report", {}))
+
+
+def _replace_dir(staging: Path, target: Path) -> None:
+    """Move `staging` to `target`, replacing a previous folder only once the new one is complete."""
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+        staging.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        staging.rename(target)
+
+
+def _numpy(value: object) -> object:
+    if type(value).__module__.startswith("torch"):
+        return value.detach().cpu().float().numpy() if value.is_floating_point() else value.detach().cpu().numpy()
+    return value.get() if type(value).__module__.startswith("cupy") else value
+
+
+def _host(dtype: DType) -> type:
+    return {DType.FLOAT16: np.float16, DType.INT32: np.int32, DType.BOOL: np.bool_}.get(dtype, np.float32)
+
+
+def _to_host_dtype(original: object, dtype: DType, checked: np.ndarray) -> np.ndarray:
+    return np.asarray(checked, dtype=_host(dtype))

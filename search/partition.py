@@ -1,0 +1,89 @@
+"""Kernel boundaries: split a Graph into the fewest kernels that codegen's archetypes accept.
+
+Start with one kernel per graph output, every other node fused into its consumers; whenever an
+archetype refuses a body (`NotFusable`), materialise the node it names into a buffer of its own and
+try again. Each round materialises one more node, so this ends.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tensorsmith.codegen.emit import NotFusable
+from tensorsmith.codegen.render import render_kernel
+from tensorsmith.ir import primitives as P
+from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.kernel_program import Buffer, Kernel, KernelProgram
+from tensorsmith.ir.node import Node, toposort
+from tensorsmith.ir.ops import Op, REDUCE
+
+Origins = dict[int, Node]  # id of a node in a kernel body -> the graph node it copies
+
+
+def partition(graph: Graph) -> KernelProgram:
+    """The graph as kernels: fused as far as the archetypes allow, one kernel per materialised node."""
+    materialised: set[int] = set()
+    while True:
+        program, origins = build_program(graph, materialised)
+        try:
+            for position in range(len(program.kernels)):
+                render_kernel(program, position)
+        except NotFusable as refusal:
+            original = origins[id(refusal.node)]
+            if id(original) in materialised:
+                raise AssertionError(f"codegen refused {original} again: {refusal}") from refusal
+            materialised.add(id(original))
+            continue
+        return program
+
+
+def build_program(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, Origins]:
+    """One kernel per graph output and per node whose id is in `materialised`, in topological order."""
+    buffers = {name: Buffer(name, node.shape, node.dtype, "input") for name, node in graph.inputs.items()}
+    buffer_of: dict[int, str] = {id(node): name for name, node in graph.inputs.items()}
+    output_of: dict[int, str] = {}
+    for name, node in graph.outputs.items():
+        output_of.setdefault(id(node), name)
+    kernels: list[Kernel] = []
+    origins: Origins = {}
+    for node in graph.nodes():
+        if node.op == Op.INPUT or (id(node) not in materialised and id(node) not in output_of):
+            continue
+        name = output_of.get(id(node)) or f"{node.op.value}{len(kernels)}"
+        buffers[name] = Buffer(name, node.shape, node.dtype, "output" if id(node) in output_of else "temp")
+        body = _copy_cone(node, buffer_of, buffers, origins)
+        archetype = "row_reduce" if any(n.op in REDUCE for n in toposort([body])) else "pointwise"
+        kernels.append(Kernel(f"{graph.name}_{name}", archetype, ((name, body),)))
+        buffer_of[id(node)] = name
+    for name, node in graph.outputs.items():
+        if buffer_of[id(node)] != name:   # a second name for one value, or an input passed straight out
+            source = buffers[buffer_of[id(node)]]
+            buffers[name] = Buffer(name, node.shape, node.dtype, "output")
+            copy = P.contiguous(P.input_(source.name, source.shape, source.dtype))
+            kernels.append(Kernel(f"{graph.name}_{name}", "pointwise", ((name, copy),)))
+    program = KernelProgram(graph.name, buffers, kernels, tuple(graph.inputs), {n: n for n in graph.outputs})
+    return program, origins
+
+
+def _copy_cone(root: Node, buffer_of: dict[int, str], buffers: dict[str, Buffer], origins: Origins) -> Node:
+    """`root`'s cone, with each node that already has a buffer replaced by a load of that buffer."""
+    copies: dict[int, Node] = {}
+    stack = [root]
+    order: list[Node] = []
+    while stack:  # collect the cone, stopping at buffers
+        node = stack.pop()
+        if id(node) in copies:
+            continue
+        copies[id(node)] = node
+        order.append(node)
+        if node is root or id(node) not in buffer_of:
+            stack.extend(node.srcs)
+    for node in toposort(order):
+        if id(node) not in copies:
+            continue
+        if id(node) in buffer_of and node is not root:
+            new = dataclasses.replace(node, op=Op.INPUT, srcs=(), arg=buffers[buffer_of[id(node)]].name)
+        else:
+            new = dataclasses.replace(node, srcs=tuple(copies[id(src)] for src in node.srcs))
+        origins[id(new)] = node
+        copies[id(node)] = new
+    return copies[id(root)]
