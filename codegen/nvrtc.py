@@ -1,0 +1,300 @@
+"""CUDA C++ source -> cubin with NVRTC, cached on disk by content; works on a machine with no GPU.
+
+    cubin = compile_cubin(source, "rmsnorm", arch="sm_90")
+
+The cache key is the sha256 of (source, options, arch, NVRTC version), so an entry is valid on
+any machine with the same NVRTC. The include flags for NVRTC's bundled headers are left out of
+the key: the headers are fixed by the NVRTC version, which is in the key, while their path is
+not the same on every machine.
+
+A failed compile raises CompileError with the first error line, the path of the saved source
+and a command that reproduces the failure:
+
+    python -m tensorsmith.codegen.nvrtc ~/.cache/tensorsmith/failed/rmsnorm-1a2b3c4d5e6f.cu --arch sm_90
+
+`-default-device` is not among the default options: generated kernels mark their device
+functions `__device__`, so that the saved `.cu` files also compile with nvcc as they are.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import shlex
+import struct
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuda.bindings import nvrtc
+
+from tensorsmith.ir.errors import CompileError, TargetError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ARCH = "sm_90"
+BASE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
+CACHE_DIR_ENV = "TENSORSMITH_CACHE_DIR"
+DEFAULT_CACHE_ROOT = Path("~/.cache/tensorsmith")
+ELF_MAGIC = b"\x7fELF"
+SYSTEM_CUDA_INCLUDE = "/usr/local/cuda/include"  # the last place to look for cuda_fp16.h
+
+_ARCH_PATTERN = re.compile(r"sm_\d+[af]?")
+_ERROR_LINE = re.compile(r"\berror( #[\w-]+)?:")
+
+
+@dataclass(frozen=True)
+class NvrtcResult:
+    """What one NVRTC run gives back: the cubin (None on failure) and the compiler's log."""
+
+    cubin: bytes | None
+    log: str
+
+
+def cache_root() -> Path:
+    """The root of tensorsmith's on-disk caches: $TENSORSMITH_CACHE_DIR, else ~/.cache/tensorsmith."""
+    # The one place where TENSORSMITH_CACHE_DIR is read.
+    value = os.environ.get(CACHE_DIR_ENV)
+    return Path(value).expanduser() if value else DEFAULT_CACHE_ROOT.expanduser()
+
+
+def default_cubin_dir() -> Path:
+    """Where compiled cubins are kept unless the caller names a folder."""
+    return cache_root() / "cubin"
+
+
+def failed_source_dir() -> Path:
+    """Where the sources of failed compiles are saved, for reproducing them."""
+    return cache_root() / "failed"
+
+
+@functools.cache
+def nvrtc_version() -> tuple[int, int]:
+    """The (major, minor) version of the loaded NVRTC library."""
+    err, major, minor = nvrtc.nvrtcVersion()
+    _check(err, "nvrtcVersion")
+    return major, minor
+
+
+def compile_cubin(
+    source: str,
+    name: str,
+    arch: str = DEFAULT_ARCH,
+    options: Sequence[str] = (),
+    cache_dir: Path | None = None,
+) -> bytes:
+    """Compile CUDA C++ `source` to a cubin for `arch`, from the disk cache when it has it."""
+    opts = build_options(arch, options)
+    key = cache_key(source, opts, arch)
+    path = Path(cache_dir if cache_dir is not None else default_cubin_dir()) / f"{key}.cubin"
+    cached = _read_cached(path)
+    if cached is not None:
+        return cached
+    result = run_nvrtc(source, name, opts)
+    if result.cubin is None:
+        raise _compile_error(source, name, arch, options, key, result.log)
+    _write_atomic(path, result.cubin)
+    return result.cubin
+
+
+def build_options(arch: str, options: Sequence[str]) -> tuple[str, ...]:
+    """The NVRTC options for `arch` plus the caller's, without the include flags."""
+    if not _ARCH_PATTERN.fullmatch(arch):
+        raise TargetError(f"NVRTC arch must look like 'sm_90' or 'sm_90a' (a cubin target), got {arch!r}")
+    return (f"--gpu-architecture={arch}", *BASE_OPTIONS, *options)
+
+
+def cache_key(source: str, options: Sequence[str], arch: str) -> str:
+    """The sha256 that names a cubin: of the source, options, arch and NVRTC version."""
+    payload = json.dumps([source, list(options), arch, list(nvrtc_version())])
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def run_nvrtc(source: str, name: str, options: Sequence[str]) -> NvrtcResult:
+    """Run NVRTC once, with the bundled-header include flags added; no cache."""
+    flags = [opt.encode() for opt in (*options, *include_flags())]
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), _file_name(name).encode(), 0, [], [])
+    _check(err, "nvrtcCreateProgram")
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(flags), flags)
+        text = _program_log(prog)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return NvrtcResult(None, text or _error_string(err))
+        if text.strip():
+            log.debug("NVRTC log for %s:\n%s", name, text)
+        return NvrtcResult(_program_cubin(prog), text)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+@functools.cache
+def include_flags() -> tuple[str, ...]:
+    """The -I flags that put cuda_fp16.h, cuda_bf16.h, mma.h and cuda/std on NVRTC's path."""
+    try:
+        return _install_bundled_headers()
+    except CompileError:
+        raise
+    except Exception:  # an NVRTC older than 13.1 lacks the call (cuda-bindings raises FunctionNotFoundError)
+        return _wheel_header_flags()
+
+
+def is_cubin(data: bytes) -> bool:
+    """Whether `data` is a whole ELF64 file: magic, and every header and section inside it."""
+    if len(data) < 64 or not data.startswith(ELF_MAGIC) or data[4] != 2:
+        return False
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    if max(phoff + phentsize * phnum, shoff + shentsize * shnum) > len(data):
+        return False
+    return all(_section_fits(data, shoff + i * shentsize) for i in range(shnum))
+
+
+def _section_fits(data: bytes, header: int) -> bool:
+    """Whether the section described at offset `header` lies inside `data`."""
+    SHT_NOBITS = 8  # .bss-like sections take no room in the file
+    sh_type = struct.unpack_from("<I", data, header + 4)[0]
+    offset, size = struct.unpack_from("<QQ", data, header + 0x18)
+    return sh_type == SHT_NOBITS or offset + size <= len(data)
+
+
+def _install_bundled_headers() -> tuple[str, ...]:
+    """Unpack NVRTC's bundled headers once per NVRTC version (process-safe, NVRTC locks it)."""
+    major, minor = nvrtc_version()
+    folder = cache_root() / "nvrtc-headers" / f"{major}.{minor}"
+    err, error_log = nvrtc.nvrtcInstallBundledHeaders(str(folder).encode(), nvrtc.NVRTC_INSTALL_HEADERS_SKIP_IF_EXISTS)
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        detail = error_log.decode(errors="replace") if error_log else _error_string(err)
+        raise CompileError(f"could not unpack NVRTC's bundled headers into {folder}: {detail}")
+    return (f"-I{folder}", f"-I{folder / 'cccl'}")
+
+
+def _wheel_header_flags() -> tuple[str, ...]:
+    """-I flags for the CUDA headers shipped in NVIDIA's wheels, for NVRTCs without bundled headers."""
+    from cuda import pathfinder
+
+    folders = [pathfinder.find_nvidia_header_directory(lib) for lib in ("cudart", "cccl")]
+    folders += [SYSTEM_CUDA_INCLUDE] if os.path.isfile(os.path.join(SYSTEM_CUDA_INCLUDE, "cuda_fp16.h")) else []
+    return tuple(f"-I{folder}" for folder in folders if folder)
+
+
+def _program_log(prog: nvrtc.nvrtcProgram) -> str:
+    """The compiler's log for `prog`, as text."""
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    _check(err, "nvrtcGetProgramLogSize")
+    buffer = b" " * size
+    (err,) = nvrtc.nvrtcGetProgramLog(prog, buffer)
+    _check(err, "nvrtcGetProgramLog")
+    return buffer.rstrip(b"\x00").decode(errors="replace")
+
+
+def _program_cubin(prog: nvrtc.nvrtcProgram) -> bytes:
+    """The cubin of a compiled `prog`."""
+    err, size = nvrtc.nvrtcGetCUBINSize(prog)
+    _check(err, "nvrtcGetCUBINSize")
+    buffer = b" " * size
+    (err,) = nvrtc.nvrtcGetCUBIN(prog, buffer)
+    _check(err, "nvrtcGetCUBIN")
+    return buffer
+
+
+def _read_cached(path: Path) -> bytes | None:
+    """The cubin stored at `path`, or None when it is missing or damaged."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if is_cubin(data):
+        return data
+    log.warning("ignoring damaged cubin cache entry %s; rebuilding it", path)
+    return None
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see the old file or the whole new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def _compile_error(source: str, name: str, arch: str, options: Sequence[str], key: str, text: str) -> CompileError:
+    """A CompileError with the first error line, the saved source and a command that reproduces it."""
+    stem = Path(_file_name(name)).stem
+    saved = failed_source_dir() / f"{stem}-{key[:12]}.cu"
+    _write_atomic(saved, source.encode())
+    _write_atomic(saved.with_suffix(".log"), text.encode())
+    command = ["python", "-m", "tensorsmith.codegen.nvrtc", str(saved), "--arch", arch]
+    if options:
+        command += ["--", *options]
+    return CompileError(
+        f"NVRTC failed to compile {_file_name(name)}: {first_error_line(text)}\n"
+        f"  source saved to {saved} (full log beside it: {saved.with_suffix('.log')})\n"
+        f"  reproduce with: {shlex.join(command)}"
+    )
+
+
+def first_error_line(text: str) -> str:
+    """The first line of an NVRTC log that reports an error (or its first line)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if _ERROR_LINE.search(line)]
+    return (errors or lines or ["(empty log)"])[0]
+
+
+def _file_name(name: str) -> str:
+    """The file name NVRTC reports in its log: `name`, with `.cu` added when it has no suffix."""
+    return name if Path(name).suffix else f"{name}.cu"
+
+
+def _check(err: nvrtc.nvrtcResult, call: str) -> None:
+    """Raise CompileError when an NVRTC call other than the compile itself fails."""
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise CompileError(f"{call} failed: {_error_string(err)}")
+
+
+def _error_string(err: nvrtc.nvrtcResult) -> str:
+    """The name NVRTC gives to a result code."""
+    _, text = nvrtc.nvrtcGetErrorString(err)
+    return text.decode() if isinstance(text, bytes) else str(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Compile one .cu file with the options tensorsmith uses and print NVRTC's log; no cache."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m tensorsmith.codegen.nvrtc", description=main.__doc__,
+        epilog="extra NVRTC options go after `--`, e.g. -- -lineinfo --use_fast_math",
+    )
+    parser.add_argument("source", type=Path, help="the .cu file")
+    parser.add_argument("--arch", default=DEFAULT_ARCH, help="cubin target, e.g. sm_90 or sm_90a")
+    parser.add_argument("-o", "--output", type=Path, help="where to write the cubin")
+    args = parser.parse_args(argv[:split])
+    try:
+        options = build_options(args.arch, argv[split + 1:])
+    except TargetError as err:
+        parser.error(str(err))
+    result = run_nvrtc(args.source.read_text(), args.source.name, options)
+    if result.log.strip():
+        print(result.log, file=sys.stderr)
+    if result.cubin is None:
+        print(f"FAILED: {first_error_line(result.log)}", file=sys.stderr)
+        return 1
+    if args.output:
+        args.output.write_bytes(result.cubin)
+    print(f"ok: {args.source} -> {len(result.cubin)} bytes of cubin for {args.arch}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,411 @@
+"""Run cubins on the GPU through the CUDA driver API (cuda.bindings.driver); never hangs without a driver.
+
+    if gpu_available():
+        module = Module(compile_cubin(source, "axpb"))
+        with DeviceBuffer.from_array(x) as g_x, DeviceBuffer(x.nbytes) as g_y:
+            g_y.fill_bytes(0xFF)                  # poison: NaN in every float dtype
+            launch(module.function("axpb"), (blocks, 1, 1), (256, 1, 1), [g_x, g_y, np.float32(b), np.int32(n)])
+            y = g_y.download(x.shape, x.dtype)
+
+Everything runs in device 0's primary context (the one the CUDA runtime, torch and cupy use too),
+so pointers from those libraries are valid here. Work goes to the legacy default stream unless a
+stream is given; the synchronous copies of DeviceBuffer wait for it. Kernel faults are reported
+late, by the next call that synchronizes: `launch(..., sync=True)` or `synchronize()` pins them to
+one kernel.
+
+Only the driver API is used: on a machine without a driver a cuda.core runtime object can leave
+a lock held so that the next `Device()` hangs for ever (see DESIGN.md), so nothing here touches
+cuda.core, and every entry point checks `gpu_available()` first.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from cuda.bindings import driver
+
+from tensorsmith.ir.errors import DeviceError, InputError
+
+Dim3 = tuple[int, int, int]
+
+DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
+
+# The by-value kernel argument types, each passed with the C type of the same size.
+SCALAR_DTYPES: frozenset[np.dtype] = frozenset(
+    np.dtype(t) for t in (np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32, np.float64)
+)
+
+# device_properties() keys -> driver attributes.
+DEVICE_ATTRIBUTES: dict[str, driver.CUdevice_attribute] = {
+    "sm_count": driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+    "l2_bytes": driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+    "max_shared_per_block_optin": driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+    "max_shared_per_sm": driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+    "max_registers_per_block": driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK,
+    "max_threads_per_block": driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+    "warp_size": driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_WARP_SIZE,
+}
+_CC_MAJOR = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+_CC_MINOR = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+_MAX_DYNAMIC_SHARED = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+
+# ---- errors and the context ---------------------------------------------------------------------
+
+
+def _cu(call: Callable[..., tuple], *args: Any) -> Any:
+    """Call a driver function; raise DeviceError naming it on failure; return its value(s), if any."""
+    err, *values = call(*args)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise DeviceError(f"{call.__name__} failed: {_error_name(err)}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _error_name(err: driver.CUresult) -> str:
+    """The driver's name for a result code, e.g. CUDA_ERROR_ILLEGAL_ADDRESS."""
+    try:
+        status, name = driver.cuGetErrorName(err)
+        if status == driver.CUresult.CUDA_SUCCESS and name:
+            return name.decode()
+    except Exception:  # no driver to ask: fall back to the enum's own name
+        pass
+    return getattr(err, "name", str(err))
+
+
+@functools.cache
+def gpu_available() -> bool:
+    """Whether a CUDA driver and at least one GPU are present (checked once; never hangs)."""
+    try:
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return False
+        err, count = driver.cuDeviceGetCount()
+        return err == driver.CUresult.CUDA_SUCCESS and count > 0
+    except Exception:  # no libcuda.so: cuda.pathfinder raises DynamicLibNotFoundError
+        return False
+
+
+@dataclass(frozen=True)
+class _Context:
+    device: driver.CUdevice
+    handle: driver.CUcontext
+
+
+_context_lock = threading.Lock()
+_context: _Context | None = None
+_current = threading.local()  # per thread: whether the context has been made current there
+
+
+def _ensure_context() -> _Context:
+    """Device 0's primary context, retained on first use and made current in the calling thread."""
+    global _context
+    if _context is None:
+        with _context_lock:
+            if _context is None:
+                if not gpu_available():
+                    raise DeviceError("no usable GPU: the CUDA driver is missing or reports no device")
+                device = _cu(driver.cuDeviceGet, 0)
+                _context = _Context(device, _cu(driver.cuDevicePrimaryCtxRetain, device))
+    if not getattr(_current, "done", False):
+        _cu(driver.cuCtxSetCurrent, _context.handle)
+        _current.done = True
+    return _context
+
+
+def _release(call: Callable[..., tuple], handle: Any) -> None:
+    """Free a buffer or unload a module, from whichever thread the garbage collector runs in."""
+    _ensure_context()
+    _cu(call, handle)
+
+
+_last_launch = ""  # the kernel launched last, named in asynchronous errors
+
+
+def synchronize() -> None:
+    """Wait for all work on the GPU; a kernel fault surfaces here as DeviceError."""
+    _ensure_context()
+    try:
+        _cu(driver.cuCtxSynchronize)
+    except DeviceError as err:
+        raise DeviceError(f"{err} (the last kernel launched was {_last_launch or 'none'})") from None
+
+
+# ---- device facts -------------------------------------------------------------------------------
+
+
+def device_name() -> str:
+    """The GPU's name, e.g. 'NVIDIA H200'."""
+    name = _cu(driver.cuDeviceGetName, 256, _ensure_context().device)
+    return name.split(b"\x00", 1)[0].decode()
+
+
+def device_properties() -> dict[str, Any]:
+    """Device 0's name, compute capability, SM count, L2 size and shared-memory limits."""
+    return dict(_device_properties())
+
+
+@functools.cache
+def _device_properties() -> dict[str, Any]:
+    """device_properties(), read once."""
+    device = _ensure_context().device
+    props: dict[str, Any] = {"name": device_name()}
+    props["compute_capability"] = (_cu(driver.cuDeviceGetAttribute, _CC_MAJOR, device),
+                                   _cu(driver.cuDeviceGetAttribute, _CC_MINOR, device))
+    for key, attribute in DEVICE_ATTRIBUTES.items():
+        props[key] = _cu(driver.cuDeviceGetAttribute, attribute, device)
+    return props
+
+
+# ---- memory -------------------------------------------------------------------------------------
+
+
+class DeviceBuffer:
+    """A block of GPU memory: upload, download, poison with a byte; freed by free(), `with` or GC."""
+
+    def __init__(self, nbytes: int):
+        _ensure_context()
+        if nbytes < 0:
+            raise InputError(f"a device buffer needs nbytes >= 0, got {nbytes}")
+        self.nbytes = int(nbytes)
+        self.ptr: int = int(_cu(driver.cuMemAlloc, max(self.nbytes, 1)))  # cuMemAlloc(0) is an error
+        self._finalizer = weakref.finalize(self, _release, driver.cuMemFree, self.ptr)
+        self._finalizer.atexit = False  # at exit the process gives the memory back anyway
+
+    @classmethod
+    def from_array(cls, data: Any) -> DeviceBuffer:
+        """A new buffer holding a copy of `data` (numpy-like, or a __cuda_array_interface__ array)."""
+        buffer = cls(_nbytes_of(data))
+        buffer.upload(data)
+        return buffer
+
+    def upload(self, data: Any) -> None:
+        """Copy `data` into the start of the buffer: device-to-device for GPU arrays, else from host."""
+        _ensure_context()
+        if hasattr(data, "__cuda_array_interface__"):
+            pointer, nbytes = _cuda_array(data)
+            self._check_fits(nbytes)
+            if nbytes:
+                _cu(driver.cuMemcpyDtoD, self.ptr, pointer, nbytes)
+            return
+        array = np.ascontiguousarray(np.asarray(data))
+        self._check_fits(array.nbytes)
+        if array.nbytes:
+            _cu(driver.cuMemcpyHtoD, self.ptr, array.ctypes.data, array.nbytes)
+
+    def download(self, shape: Sequence[int] | int, dtype: Any) -> np.ndarray:
+        """A new numpy array of `shape` and `dtype` read from the start of the buffer."""
+        _ensure_context()
+        out = np.empty(shape, dtype=dtype)
+        self._check_fits(out.nbytes)
+        if out.nbytes:
+            _cu(driver.cuMemcpyDtoH, out.ctypes.data, self.ptr, out.nbytes)
+        return out
+
+    def fill_bytes(self, byte: int) -> None:
+        """Set every byte to `byte` (0xFF poisons floats with NaN) with cuMemsetD8."""
+        _ensure_context()
+        _cu(driver.cuMemsetD8, self.ptr, byte & 0xFF, self.nbytes)
+
+    def free(self) -> None:
+        """Give the memory back now; later calls do nothing."""
+        self._finalizer()
+
+    def __enter__(self) -> DeviceBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer(nbytes={self.nbytes}, ptr={self.ptr:#x})"
+
+    def _check_fits(self, nbytes: int) -> None:
+        """Raise InputError when `nbytes` do not fit in the buffer."""
+        if nbytes > self.nbytes:
+            raise InputError(f"{nbytes} bytes do not fit in a device buffer of {self.nbytes} bytes")
+
+
+def _nbytes_of(data: Any) -> int:
+    """The size in bytes of a numpy-like or __cuda_array_interface__ array."""
+    if hasattr(data, "__cuda_array_interface__"):
+        return _cuda_array(data)[1]
+    return int(np.asarray(data).nbytes)
+
+
+def _cuda_array(data: Any) -> tuple[int, int]:
+    """(device pointer, nbytes) of a C-contiguous __cuda_array_interface__ array."""
+    interface = data.__cuda_array_interface__
+    shape = tuple(interface["shape"])
+    itemsize = np.dtype(interface["typestr"]).itemsize
+    strides = interface.get("strides")
+    if strides is not None and tuple(strides) != _contiguous_strides(shape, itemsize):
+        raise InputError(f"a GPU array must be C-contiguous to copy, got strides {tuple(strides)} for {shape}")
+    return int(interface["data"][0]), int(np.prod(shape, dtype=np.int64)) * itemsize
+
+
+def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """The byte strides of a C-contiguous array of `shape`."""
+    strides, step = [], itemsize
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+# ---- modules and launches -----------------------------------------------------------------------
+
+
+class Function:
+    """One kernel of a loaded Module."""
+
+    def __init__(self, module: Module, name: str, handle: driver.CUfunction):
+        self.module = module  # keeps the module loaded while the function lives
+        self.name = name
+        self.handle = handle
+        self.dynamic_shared_limit = DEFAULT_DYNAMIC_SHARED_LIMIT
+
+    def allow_dynamic_shared(self, nbytes: int) -> None:
+        """Let launches of this kernel use up to `nbytes` of dynamic shared memory (above 48 KB)."""
+        if nbytes > self.dynamic_shared_limit:
+            _cu(driver.cuFuncSetAttribute, self.handle, _MAX_DYNAMIC_SHARED, nbytes)
+            self.dynamic_shared_limit = nbytes
+
+    def __repr__(self) -> str:
+        return f"Function({self.name!r})"
+
+
+class Module:
+    """A cubin loaded into the context; `.function(name)` gets a kernel by its extern "C" name."""
+
+    def __init__(self, cubin: bytes):
+        _ensure_context()
+        self.handle: driver.CUmodule = _cu(driver.cuModuleLoadData, cubin)
+        self._finalizer = weakref.finalize(self, _release, driver.cuModuleUnload, self.handle)
+        self._finalizer.atexit = False
+
+    def function(self, name: str) -> Function:
+        """The kernel called `name` (its extern "C" name)."""
+        try:
+            handle = _cu(driver.cuModuleGetFunction, self.handle, name.encode())
+        except DeviceError as err:
+            raise DeviceError(f"kernel {name!r} not found in module: {err}") from None
+        return Function(self, name, handle)
+
+    def unload(self) -> None:
+        """Unload the module now; its functions must not be launched afterwards."""
+        self._finalizer()
+
+
+@dataclass(frozen=True)
+class PackedArgs:
+    """Kernel arguments laid out for cuLaunchKernel: an array of pointers to one value each."""
+
+    pointers: np.ndarray  # uint64[n]: the `void** kernelParams`
+    values: tuple[np.ndarray, ...]  # the storage the pointers point into, kept alive with them
+
+    @property
+    def address(self) -> int:
+        """The `void**` to hand to cuLaunchKernel (0 for a kernel without parameters)."""
+        return int(self.pointers.ctypes.data) if len(self.values) else 0
+
+
+def pack_args(args: Sequence[Any]) -> PackedArgs:
+    """Lay out `args`: DeviceBuffers and GPU arrays as pointers, numpy scalars by value with their C type."""
+    values = tuple(_arg_value(arg, i) for i, arg in enumerate(args))
+    pointers = np.array([value.ctypes.data for value in values], dtype=np.uint64)
+    return PackedArgs(pointers, values)
+
+
+def _arg_value(arg: Any, index: int) -> np.ndarray:
+    """One kernel argument as a one-element array holding exactly the bytes the kernel reads."""
+    if isinstance(arg, DeviceBuffer):
+        if not arg._finalizer.alive:
+            raise InputError(f"kernel argument {index} is a DeviceBuffer that has been freed")
+        return np.array([arg.ptr], dtype=np.uint64)
+    if hasattr(arg, "__cuda_array_interface__"):
+        return np.array([arg.__cuda_array_interface__["data"][0]], dtype=np.uint64)
+    if isinstance(arg, (np.generic, np.ndarray)) and arg.shape == () and arg.dtype in SCALAR_DTYPES:
+        return np.array([arg], dtype=arg.dtype)
+    raise InputError(
+        f"kernel argument {index} is {type(arg).__name__}: pass a DeviceBuffer, a GPU array, or a numpy scalar "
+        f"of {sorted(str(d) for d in SCALAR_DTYPES)} (a Python int or float has no C type)"
+    )
+
+
+def launch(
+    function: Function,
+    grid: Dim3,
+    block: Dim3,
+    args: Sequence[Any],
+    shared_bytes: int = 0,
+    stream: Any = None,
+    sync: bool = False,
+) -> None:
+    """Launch `function` on `grid` x `block`; with sync=True wait and report a fault as this kernel's."""
+    global _last_launch
+    _ensure_context()
+    function.allow_dynamic_shared(shared_bytes)
+    packed = pack_args(args)
+    try:
+        _cu(driver.cuLaunchKernel, function.handle, *grid, *block, shared_bytes,
+            0 if stream is None else stream, packed.address, 0)
+    except DeviceError as err:
+        raise DeviceError(f"launching {function.name} with grid={grid} block={block} "
+                          f"shared_bytes={shared_bytes}: {err}") from None
+    _last_launch = function.name
+    if sync:
+        synchronize()
+
+
+# ---- timing -------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _l2_scratch() -> DeviceBuffer:
+    """A buffer twice the size of L2; writing it evicts whatever a previous run left in L2."""
+    return DeviceBuffer(2 * _device_properties()["l2_bytes"])
+
+
+def flush_l2_cache() -> None:
+    """Evict L2 by writing a scratch buffer twice its size (on the legacy default stream)."""
+    _l2_scratch().fill_bytes(0)
+
+
+def time_kernel(run: Callable[[], None], warmup: int = 5, repeat: int = 50, flush_l2: bool = True) -> list[float]:
+    """Milliseconds of each of `repeat` calls of `run`, by CUDA events, L2 flushed before each; take the median.
+
+    `run` must put its work on the legacy default stream (launch's default), where the events are
+    recorded. All runs are queued before one synchronize, so the GPU stays busy and a run's time is
+    the GPU's, not Python's; for kernels shorter than the launch overhead keep flush_l2 on, as the
+    flush gives the CPU a head start.
+    """
+    _ensure_context()
+    for _ in range(warmup):
+        _flush_if(flush_l2)
+        run()
+    starts = [_cu(driver.cuEventCreate, 0) for _ in range(repeat)]
+    ends = [_cu(driver.cuEventCreate, 0) for _ in range(repeat)]
+    try:
+        for start, end in zip(starts, ends):
+            _flush_if(flush_l2)
+            _cu(driver.cuEventRecord, start, 0)
+            run()
+            _cu(driver.cuEventRecord, end, 0)
+        synchronize()
+        return [_cu(driver.cuEventElapsedTime, start, end) for start, end in zip(starts, ends)]
+    finally:
+        for event in (*starts, *ends):
+            driver.cuEventDestroy(event)
+
+
+def _flush_if(enabled: bool) -> None:
+    """Flush L2 when `enabled`."""
+    if enabled:
+        flush_l2_cache()

@@ -1,0 +1,157 @@
+"""NVRTC compilation to cubin and its disk cache; runs without a GPU."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tensorsmith.codegen import nvrtc
+from tensorsmith.ir.errors import CompileError, TargetError
+
+HALF_KERNEL = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+extern "C" __global__ void axpb_half(const __half* __restrict__ g_x, __half* __restrict__ g_y, float b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float r_x = __half2float(g_x[i]) + __bfloat162float(__float2bfloat16(0.0f));
+    g_y[i] = __float2half(2.0f * r_x + b);
+  }
+}
+"""
+
+# Line 2 lacks its semicolon; NVRTC reports it on line 3, where the next statement starts.
+BROKEN_KERNEL = """extern "C" __global__ void broken(float* g_y) {
+  int i = threadIdx.x
+  g_y[i] = 1.0f;
+}
+"""
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh cache root for each test, so tests neither see nor leave entries in ~/.cache."""
+    monkeypatch.setenv(nvrtc.CACHE_DIR_ENV, str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def nvrtc_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names NVRTC is run on during a test (the cache spares it on a hit)."""
+    calls: list[str] = []
+    real = nvrtc.run_nvrtc
+
+    def counting(source: str, name: str, options):
+        calls.append(name)
+        return real(source, name, options)
+
+    monkeypatch.setattr(nvrtc, "run_nvrtc", counting)
+    return calls
+
+
+def test_nvrtc_version_is_13_or_later():
+    major, minor = nvrtc.nvrtc_version()
+    assert major >= 13 and minor >= 0
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
+def test_fp16_kernel_compiles_to_cubin(cache_dir, arch):
+    cubin = nvrtc.compile_cubin(HALF_KERNEL, "axpb_half", arch=arch)
+    assert cubin.startswith(nvrtc.ELF_MAGIC)
+    assert nvrtc.is_cubin(cubin)
+    assert b"axpb_half" in cubin
+
+
+def test_cache_hit_returns_same_bytes_without_nvrtc(cache_dir, nvrtc_calls):
+    first = nvrtc.compile_cubin(HALF_KERNEL, "axpb_half")
+    second = nvrtc.compile_cubin(HALF_KERNEL, "axpb_half")
+    assert first == second
+    assert nvrtc_calls == ["axpb_half"]
+    assert len(list((cache_dir / "cubin").glob("*.cubin"))) == 1
+
+
+def test_cache_key_depends_on_source_options_and_arch(cache_dir, nvrtc_calls):
+    nvrtc.compile_cubin(HALF_KERNEL, "axpb_half")
+    nvrtc.compile_cubin(HALF_KERNEL, "axpb_half", options=["-lineinfo"])
+    nvrtc.compile_cubin(HALF_KERNEL, "axpb_half", arch="sm_90a")
+    nvrtc.compile_cubin(HALF_KERNEL + "\n// changed\n", "axpb_half")
+    assert len(nvrtc_calls) == 4
+
+
+def test_explicit_cache_dir_is_used(tmp_path, cache_dir):
+    folder = tmp_path / "elsewhere"
+    nvrtc.compile_cubin(HALF_KERNEL, "axpb_half", cache_dir=folder)
+    assert len(list(folder.glob("*.cubin"))) == 1
+    assert not (cache_dir / "cubin").exists()
+
+
+@pytest.mark.parametrize("damage", [lambda b: b[: len(b) // 2], lambda b: b"", lambda b: b"garbage" + b[7:]])
+def test_damaged_cache_entry_is_rebuilt(cache_dir, nvrtc_calls, damage):
+    good = nvrtc.compile_cubin(HALF_KERNEL, "axpb_half")
+    (entry,) = (cache_dir / "cubin").glob("*.cubin")
+    entry.write_bytes(damage(good))
+    assert nvrtc.compile_cubin(HALF_KERNEL, "axpb_half") == good
+    assert entry.read_bytes() == good
+    assert len(nvrtc_calls) == 2
+
+
+def test_cache_write_leaves_no_temporary_files(cache_dir):
+    nvrtc.compile_cubin(HALF_KERNEL, "axpb_half")
+    assert [p.suffix for p in (cache_dir / "cubin").iterdir()] == [".cubin"]
+
+
+def test_syntax_error_names_file_line_saved_source_and_repro(cache_dir):
+    with pytest.raises(CompileError) as info:
+        nvrtc.compile_cubin(BROKEN_KERNEL, "broken")
+    message = str(info.value)
+    assert 'broken.cu(3): error: expected a ";"' in message
+    saved = next((cache_dir / "failed").glob("broken-*.cu"))
+    assert str(saved) in message
+    assert saved.read_text() == BROKEN_KERNEL
+    assert f"python -m tensorsmith.codegen.nvrtc {saved} --arch sm_90" in message
+    assert not (cache_dir / "cubin").exists() or not list((cache_dir / "cubin").iterdir())
+
+
+def test_repro_command_reproduces_the_error(cache_dir):
+    with pytest.raises(CompileError) as info:
+        nvrtc.compile_cubin(BROKEN_KERNEL, "broken", options=["-lineinfo"])
+    command = str(info.value).split("reproduce with: ", 1)[1].split()
+    assert command[:3] == ["python", "-m", "tensorsmith.codegen.nvrtc"] and command[-2:] == ["--", "-lineinfo"]
+    done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert 'error: expected a ";"' in done.stderr
+
+
+def test_main_compiles_a_file(tmp_path, cache_dir):
+    source = tmp_path / "axpb_half.cu"
+    source.write_text(HALF_KERNEL)
+    out = tmp_path / "axpb_half.cubin"
+    assert nvrtc.main([str(source), "--arch", "sm_90", "-o", str(out), "--", "-lineinfo"]) == 0
+    assert nvrtc.is_cubin(out.read_bytes())
+
+
+def test_undefined_identifier_is_the_first_error_line(cache_dir):
+    source = 'extern "C" __global__ void k(float* y) { y[0] = not_declared; }\n'
+    with pytest.raises(CompileError, match=r'k\.cu\(1\): error: identifier "not_declared" is undefined'):
+        nvrtc.compile_cubin(source, "k")
+
+
+def test_bad_option_raises_compile_error(cache_dir):
+    with pytest.raises(CompileError, match="--not-an-option|invalid|unrecognized"):
+        nvrtc.compile_cubin(HALF_KERNEL, "axpb_half", options=["--not-an-option"])
+
+
+@pytest.mark.parametrize("arch", ["compute_90", "90", "sm90"])
+def test_non_cubin_arch_is_rejected(cache_dir, arch):
+    with pytest.raises(TargetError, match=arch):
+        nvrtc.compile_cubin(HALF_KERNEL, "axpb_half", arch=arch)
+
+
+def test_cache_root_reads_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(nvrtc.CACHE_DIR_ENV, str(tmp_path))
+    assert nvrtc.default_cubin_dir() == tmp_path / "cubin"
+    monkeypatch.delenv(nvrtc.CACHE_DIR_ENV)
+    assert nvrtc.default_cubin_dir() == Path.home() / ".cache" / "tensorsmith" / "cubin"

@@ -1,0 +1,123 @@
+"""Small graphs that exercise every archetype, view and dtype path of codegen; shared by CPU and GPU tests.
+
+Shapes are deliberately odd so that nothing divides a block or a row-thread count.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import tensorsmith as ts
+from tensorsmith import nn
+
+
+def _pointwise_math() -> ts.Graph:
+    g = ts.Graph("pointwise_math")
+    x = g.input("x", (37, 53), "float32")
+    y = g.input("y", (37, 53), "float32")
+    g.output("out", (x.exp() + y.abs().sqrt() * x.sin() - (y * y + 1).log() + x % 0.75) / (y * y + 0.5))
+    return g
+
+
+def _views() -> ts.Graph:
+    g = ts.Graph("views")
+    x = g.input("x", (6, 10, 7), "float16")
+    v = x.permute(2, 0, 1)[1:6, :, 2:9].pad([(1, 2), (0, 0), (3, 0)])    # (8, 6, 10)
+    v = v.reshape(48, 10).transpose(0, 1).reshape(20, 24)                 # a reshape that scrambles axes
+    g.output("out", v * 2 + 1)
+    return g
+
+
+def _broadcast_bf16() -> ts.Graph:
+    g = ts.Graph("broadcast_bf16")
+    x = g.input("x", (33, 65), "bfloat16")
+    b = g.input("b", (65,), "bfloat16")
+    c = g.input("c", (33, 1), "float32")
+    g.output("out", (x + b) * c)
+    return g
+
+
+def _integers() -> ts.Graph:
+    g = ts.Graph("integers")
+    n = g.input("n", (19, 23), "int32")
+    col = ts.iota((19, 23), axis=1)
+    mask = (n % 7) < col
+    g.output("out", mask.cast("float32") * n.cast("float32") + (n.max(axis=0) % 5).cast("float32"))
+    g.output("count", (n < 0).cast("int32").sum(axis=-1))
+    return g
+
+
+def _column_sum() -> ts.Graph:
+    g = ts.Graph("column_sum")
+    x = g.input("x", (129, 37), "float32")
+    g.output("out", x.sum(axis=0) * 0.5)
+    return g
+
+
+def _full_sum() -> ts.Graph:
+    g = ts.Graph("full_sum")
+    x = g.input("x", (3001,), "float32")
+    g.output("out", (x * x).sum())
+    return g
+
+
+def _norms() -> ts.Graph:
+    g = ts.Graph("norms")
+    x = g.input("x", (7, 1000), "float16")
+    w = g.input("w", (1000,), "float16")
+    b = g.input("b", (1000,), "float16")
+    g.output("soft", nn.softmax(x, -1))
+    g.output("logsoft", nn.log_softmax(x.cast("float32"), -1))
+    g.output("rms", nn.rms_norm(x, w, eps=1e-6))
+    g.output("ln", nn.layer_norm(x, w, b, eps=1e-5))
+    return g
+
+
+def _many_short_rows() -> ts.Graph:
+    g = ts.Graph("many_short_rows")
+    x = g.input("x", (1001, 45), "float32")
+    g.output("out", nn.softmax(x, -1) * x.max(-1, keepdim=True))
+    return g
+
+
+def _rope() -> ts.Graph:
+    g = ts.Graph("rope")
+    x = g.input("x", (2, 3, 17, 8), "float16")
+    g.output("out", nn.rope(x))
+    return g
+
+
+def _matmul() -> ts.Graph:
+    g = ts.Graph("matmul")
+    a = g.input("a", (33, 47), "float32")
+    b = g.input("b", (47, 29), "float32")
+    bias = g.input("bias", (29,), "float32")
+    g.output("out", nn.gelu(a @ b + bias))
+    return g
+
+
+def _shared_outputs() -> ts.Graph:
+    g = ts.Graph("shared_outputs")
+    x = g.input("x", (5, 9), "float32")
+    y = x * 3
+    g.output("y", y)
+    g.output("y_again", y)
+    g.output("x_copy", x)
+    g.output("z", y.sum(-1))
+    return g
+
+
+def _attention() -> ts.Graph:
+    g = ts.Graph("attention_small")
+    q = g.input("q", (2, 2, 19, 16), "float16")
+    k = g.input("k", (2, 2, 23, 16), "float16")
+    v = g.input("v", (2, 2, 23, 16), "float16")
+    g.output("o", nn.attention(q, k, v, causal=True))
+    return g
+
+
+CASES: dict[str, Callable[[], ts.Graph]] = {
+    "pointwise_math": _pointwise_math, "views": _views, "broadcast_bf16": _broadcast_bf16,
+    "integers": _integers, "column_sum": _column_sum, "full_sum": _full_sum, "norms": _norms,
+    "many_short_rows": _many_short_rows, "rope": _rope, "matmul": _matmul, "shared_outputs": _shared_outputs,
+    "attention": _attention,
+}
