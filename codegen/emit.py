@@ -15,6 +15,7 @@ from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 
 Index = tuple[str, ...]
+INLINE_REDUCE_LIMIT = 4   # reductions over at most this many elements are unrolled where used
 
 COMPUTE_TYPE = {DType.FLOAT32: "float", DType.FLOAT16: "float", DType.BFLOAT16: "float",
                 DType.INT32: "int", DType.BOOL: "bool"}
@@ -195,6 +196,8 @@ class Emitter:
         raise AssertionError(f"no C form for {op}")
 
     def _reduced_value(self, node: Node, index: Index) -> str:
+        if is_inline_reduce(node):
+            return self._inline_reduce(node, index)
         if id(node) not in self.reduced:
             raise NotFusable(node, f"{node.op} is not reduced cooperatively in this kernel")
         row_index, name = self.reduced[id(node)]
@@ -202,9 +205,23 @@ class Emitter:
             raise NotFusable(node, f"{node.op} is needed at {index}, not at the current row {row_index}")
         return name
 
+    def _inline_reduce(self, node: Node, index: Index) -> str:
+        """A reduction over a few elements, unrolled where it is used (so `maximum` stays pointwise)."""
+        axis = node.arg
+        acc = reduce_init(node)
+        for j in range(node.srcs[0].shape[axis]):
+            element = self.value(node.srcs[0], index[:axis] + (str(j),) + index[axis:])
+            acc = element if j == 0 else reduce_combine(node, acc, element)
+        return self._bind(node, acc)
+
     def store(self, buffer: str, dtype: DType, index: Index, value: str) -> None:
         offset = linear_index(index, self.buffer_shapes[buffer])
         self.line(f"g_{buffer}[{offset}] = {STORE.get(dtype, '{}').format(value)};")
+
+
+def is_inline_reduce(node: Node) -> bool:
+    """Whether a reduction is short enough to unroll in place rather than reduce cooperatively."""
+    return node.op in (Op.SUM, Op.MAX) and node.srcs[0].shape[node.arg] <= INLINE_REDUCE_LIMIT
 
 
 def reduce_init(node: Node) -> str:

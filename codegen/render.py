@@ -16,7 +16,7 @@ from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op, REDUCE, VIEWS
 
-from .emit import COMPUTE_TYPE, Emitter, NotFusable, delinearize, reduce_combine, reduce_init
+from .emit import COMPUTE_TYPE, Emitter, NotFusable, delinearize, is_inline_reduce, reduce_combine, reduce_init
 from .schedules import ARCHETYPES, default_schedule
 
 MEASURED_PLACEHOLDER = "measured: not yet (rendered before profiling)"
@@ -116,7 +116,7 @@ def _row_reduce_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[
     if len(kernel.outputs) != 1:
         raise NotFusable(kernel.outputs[1][1], "a row-reduction kernel writes one output")
     name, out = kernel.outputs[0]
-    reduces = [n for n in kernel.body if n.op in REDUCE]
+    reduces = [n for n in kernel.body if n.op in REDUCE and not is_inline_reduce(n)]
     per_row_output = any(r.shape == out.shape for r in reduces) or out.ndim == 0
     row_shape = out.shape if per_row_output else out.shape[:-1]
     coords = [(f"r{axis}", expr) for axis, expr in enumerate(delinearize("row", row_shape))]

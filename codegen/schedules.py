@@ -16,7 +16,7 @@ def default_schedule(kernel: Kernel) -> Schedule:
     """A sensible schedule before search tunes it: enough threads per row to keep ~8 elements each."""
     if kernel.archetype == "pointwise":
         return Schedule.of(block=256)
-    longest = max(n.srcs[0].shape[n.arg] for n in kernel.body if n.op in REDUCE)
+    longest = max((n.srcs[0].shape[n.arg] for n in kernel.body if n.op in REDUCE), default=1)
     row_threads = 32
     while row_threads < 1024 and row_threads * ELEMENTS_PER_THREAD < longest:
         row_threads *= 2

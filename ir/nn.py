@@ -11,8 +11,8 @@ GELU_CUBIC = 0.044715
 
 
 def relu(x: Tensor) -> Tensor:
-    """max(x, 0) = x * (0 < x)."""
-    return x * (0 < x).cast(x.dtype)
+    """max(x, 0)."""
+    return maximum(x, 0)
 
 
 def sigmoid(x: Tensor) -> Tensor:

@@ -5,6 +5,7 @@ These are the only places that create Nodes, so every graph is checked as it is 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Sequence
 
 from .dtypes import DType, as_dtype
@@ -35,7 +36,7 @@ def check_shape(shape: Sequence[int], what: str) -> Shape:
     """A static shape: a tuple of non-negative ints."""
     try:
         dims = tuple(int(d) for d in shape)
-    except TypeError:
+    except (TypeError, ValueError):  # not a sequence, or int("a") of a string
         raise ShapeError(f"{what}: shape must be a sequence of ints, got {shape!r} at {user_location()}") from None
     if any(d < 0 for d in dims) or any(int(d) != d for d in shape):
         raise ShapeError(f"{what}: shape must hold non-negative ints, got {tuple(shape)} at {user_location()}")
@@ -44,8 +45,10 @@ def check_shape(shape: Sequence[int], what: str) -> Shape:
 
 def normalize_axis(axis: int, ndim: int, op: Op | str, nodes: Sequence[Node] = ()) -> int:
     """A Python-style axis (negative counts from the end) as a non-negative index."""
+    if isinstance(axis, numbers.Integral):
+        axis = int(axis)  # numpy integers too, e.g. from np.argmax or a shape
     if not isinstance(axis, int) or not -ndim <= axis < max(ndim, 0) or ndim == 0:
-        raise ShapeError(f"{op}: axis {axis} is out of range for rank {ndim}"
+        raise ShapeError(f"{op}: axis {axis!r} is out of range for rank {ndim}"
                          f" (operands: {_shapes(*nodes)}) at {user_location()}")
     return axis % ndim
 

@@ -141,7 +141,7 @@ class Tensor:
 
     def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> "Tensor":
         count = math.prod(self.shape[a] for a in _axes(self, axis))
-        return self.sum(axis, keepdim) * (1.0 / count)
+        return self.sum(axis, keepdim) * (1.0 / count if count else math.nan)  # empty: nan, as numpy
 
     # views -----------------------------------------------------------------------------------
     def reshape(self, *shape: int | Sequence[int]) -> "Tensor":
@@ -231,10 +231,17 @@ def logical_not(x: Tensor) -> Tensor:
 
 
 def maximum(a: TensorLike, b: TensorLike) -> Tensor:
-    """Elementwise max of finite values (built on `where`)."""
+    """Elementwise max, exact for infinities too: the two stacked on a new last axis, then MAX over it."""
     a_t = a if isinstance(a, Tensor) else as_tensor(a, like=b)  # type: ignore[arg-type]
     b_t = as_tensor(b, like=a_t)
-    return where(a_t < b_t, b_t, a_t)
+    dtype = promote(a_t.dtype, b_t.dtype)
+    if dtype is None:
+        raise DTypeError(f"maximum: cannot mix {a_t.dtype} and {b_t.dtype}; cast one first at {user_location()}")
+    shape = broadcast_shapes(a_t.shape, b_t.shape, "maximum")
+    keep = [(0, 0)] * len(shape)
+    first = a_t.cast(dtype).expand(shape).reshape(shape + (1,)).pad(keep + [(0, 1)])
+    second = b_t.cast(dtype).expand(shape).reshape(shape + (1,)).pad(keep + [(1, 0)])
+    return (first + second).max(-1)
 
 
 def where(cond: Tensor, a: TensorLike, b: TensorLike) -> Tensor:
@@ -251,7 +258,10 @@ def where(cond: Tensor, a: TensorLike, b: TensorLike) -> Tensor:
 def _axes(x: Tensor, axis: int | Sequence[int] | None) -> list[int]:
     if axis is None:
         return list(range(x.ndim))
-    axes = [axis] if isinstance(axis, int) else list(axis)
+    try:
+        axes = list(axis)  # type: ignore[arg-type]
+    except TypeError:  # one axis: an int or a numpy integer
+        axes = [axis]
     return sorted({P.normalize_axis(a, x.ndim, "reduce", [x.node]) for a in axes})
 
 

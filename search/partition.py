@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tensorsmith.codegen.emit import NotFusable
+from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
 from tensorsmith.codegen.render import render_kernel
 from tensorsmith.ir import primitives as P
 from tensorsmith.ir.graph import Graph
@@ -51,7 +51,8 @@ def build_program(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, 
         name = output_of.get(id(node)) or f"{node.op.value}{len(kernels)}"
         buffers[name] = Buffer(name, node.shape, node.dtype, "output" if id(node) in output_of else "temp")
         body = _copy_cone(node, buffer_of, buffers, origins)
-        archetype = "row_reduce" if any(n.op in REDUCE for n in toposort([body])) else "pointwise"
+        cooperative = [n for n in toposort([body]) if n.op in REDUCE and not is_inline_reduce(n)]
+        archetype = "row_reduce" if cooperative else "pointwise"
         kernels.append(Kernel(f"{graph.name}_{name}", archetype, ((name, body),)))
         buffer_of[id(node)] = name
     for name, node in graph.outputs.items():

@@ -1,0 +1,132 @@
+"""The command line as a user meets it: the happy path, the output folder, and every error it names."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tensorsmith.cli import compile_main, main
+
+ROOT = Path(__file__).parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+def _write_model(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "model.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_example_compiles_to_cu_files_and_cubins(example: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["compile", "--target", "sm90", str(example), "-o", str(out), "--no-profile"]) == 0
+    doc = json.loads((out / "program.json").read_text())
+    assert doc["target"] == "sm90" and doc["kernels"]
+    for kernel in doc["kernels"]:
+        source = (out / kernel["source"]).read_text()
+        assert source.startswith(f"// {kernel['name']} -- kernel ")
+        assert f"{kernel['name']}(" in source
+        assert (out / kernel["cubin"]).read_bytes()[:4] == b"\x7fELF"
+    printed = capsys.readouterr().out
+    assert all(k["name"] in printed for k in doc["kernels"])
+    assert "not timed" in printed
+
+
+def test_compile_is_the_short_form_of_tensorsmith_compile(tmp_path: Path) -> None:
+    example = ROOT / "examples" / "softmax.py"
+    assert compile_main([str(example), "-o", str(tmp_path / "a"), "--no-profile", "-q"]) == 0
+    assert main(["compile", str(example), "-o", str(tmp_path / "b"), "--no-profile", "-q"]) == 0
+    names = [sorted(p.name for p in (tmp_path / d / "kernels").iterdir()) for d in "ab"]
+    assert names[0] == names[1] and names[0]
+
+
+def test_console_scripts_are_installed_and_run(tmp_path: Path) -> None:
+    exe = shutil.which("compile") or str(Path(sys.executable).parent / "compile")
+    result = subprocess.run([exe, "--target", "sm90", str(ROOT / "examples" / "rmsnorm.py"), "-o",
+                             str(tmp_path / "out"), "--no-profile"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "program.json").is_file()
+
+
+ERRORS = {
+    "unknown_target": (["--target", "sm42"], "x = 1", "unknown target 'sm42'; known targets: sm90"),
+    "no_graph": ([], "x = 1", "defines no graph"),
+    "raises": ([], "import tensorsmith as ts\nraise RuntimeError('boom')\n", "raised RuntimeError at"),
+    "shape_error": ([], "import tensorsmith as ts\ng = ts.Graph('bad')\nx = g.input('x', (2, 3))\n"
+                        "g.output('y', x + g.input('z', (4,)))\n", "add: shapes (2, 3) and (4,) do not broadcast"),
+    "several_graphs": ([], "import tensorsmith as ts\na = ts.Graph('a')\nb = ts.Graph('b')\n",
+                       "defines several graphs (a, b); choose one with --graph NAME"),
+    "unknown_graph": (["--graph", "c"], "import tensorsmith as ts\na = ts.Graph('a')\n", "no graph named 'c'"),
+    "no_outputs": ([], "import tensorsmith as ts\na = ts.Graph('a')\n", "has no outputs"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERRORS))
+def test_bad_input_gives_one_line_exit_2_and_no_output(case: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    flags, body, message = ERRORS[case]
+    model = _write_model(tmp_path, body)
+    out = tmp_path / "out"
+    assert main(["compile", str(model), "-o", str(out), "--no-profile", *flags]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith("[")]   # progress lines start with [n/7]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+def test_model_error_names_the_users_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = _write_model(tmp_path, "import tensorsmith as ts\n\n\ndef build():\n    return 1 / 0\n")
+    assert main(["compile", str(model), "-o", str(tmp_path / "out")]) == 2
+    assert f"{model}:5" in capsys.readouterr().err
+
+
+def test_missing_model_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compile", str(tmp_path / "nope.py"), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"model file {tmp_path / 'nope.py'} not found" in err and "Traceback" not in err
+
+
+def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = _write_model(tmp_path, "raise ValueError('bad model')\n")
+    assert main(["compile", str(model), "-o", str(tmp_path / "out"), "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ValueError: bad model" in err
+
+
+def test_graph_flag_picks_one_of_several(tmp_path: Path) -> None:
+    model = _write_model(tmp_path, """
+        import tensorsmith as ts
+        a = ts.Graph("a"); x = a.input("x", (4, 8)); a.output("y", x * 2)
+        b = ts.Graph("b"); z = b.input("z", (4, 8)); b.output("w", z.exp())
+    """)
+    assert main(["compile", str(model), "-o", str(tmp_path / "out"), "--graph", "b", "--no-profile", "-q"]) == 0
+    assert json.loads((tmp_path / "out" / "program.json").read_text())["graph"] == "b"
+
+
+def test_inspect_prints_the_saved_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["compile", str(ROOT / "examples" / "softmax.py"), "-o", str(out), "--no-profile", "-q"]) == 0
+    assert main(["inspect", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "softmax_y" in printed and "row_reduce" in printed
+
+
+def test_inspect_of_a_folder_that_is_not_a_program(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert "is not a compiled program folder" in capsys.readouterr().err
+
+
+def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        compile_main(["--help"])
+    text = capsys.readouterr().out
+    for option in ("--target", "--graph", "--budget", "--seed", "--no-profile", "--debug", "-o"):
+        assert option in text

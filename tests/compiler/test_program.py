@@ -1,0 +1,80 @@
+"""ts.compile and Program: the CPU path, inputs checked at call time, and the saved folder."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorsmith as ts
+from graph_cases import CASES
+from tensorsmith.codegen.runtime import gpu_available
+from tensorsmith.search.verify import compare, random_inputs
+
+
+@pytest.mark.parametrize("case", ["norms", "views", "integers", "attention"])
+def test_program_on_cpu_matches_the_reference(case: str) -> None:
+    graph = CASES[case]()
+    program = ts.compile(graph, profile=False)
+    inputs = random_inputs(graph, seed=11)
+    checks = compare(graph, program(device="cpu", **inputs), ts.evaluate(graph, inputs))
+    assert all(c.ok for c in checks), checks
+
+
+def test_save_writes_kernels_cubins_and_program_json(tmp_path: Path) -> None:
+    program = ts.compile(CASES["norms"](), profile=False)
+    folder = program.save(tmp_path / "out")
+    doc = json.loads((folder / "program.json").read_text())
+    assert [k["name"] for k in doc["kernels"]] == [k.name for k in program.kernels]
+    assert [t["name"] for t in doc["inputs"]] == ["x", "w", "b"]
+    assert {t["name"] for t in doc["outputs"]} == {"soft", "logsoft", "rms", "ln"}
+    files = sorted(p.name for p in (folder / "kernels").iterdir())
+    assert files[:2] == ["00_soft.cu", "00_soft.cubin"]
+    for kernel in doc["kernels"]:
+        assert len(kernel["grid"]) == 3 and len(kernel["block"]) == 3 and kernel["params"]
+    assert [p for p in tmp_path.iterdir() if p.name.startswith(".")] == []   # no staging folder left
+
+
+def test_save_replaces_an_older_folder_whole(tmp_path: Path) -> None:
+    (tmp_path / "out" / "kernels").mkdir(parents=True)
+    (tmp_path / "out" / "kernels" / "stale.cu").write_text("old")
+    ts.compile(CASES["views"](), profile=False).save(tmp_path / "out")
+    assert not (tmp_path / "out" / "kernels" / "stale.cu").exists()
+
+
+def test_load_reads_back_what_save_wrote(tmp_path: Path) -> None:
+    program = ts.compile(CASES["norms"](), profile=False)
+    loaded = ts.load(program.save(tmp_path / "out"))
+    assert [(k.name, k.grid, k.block, k.params, k.cubin) for k in loaded.kernels] == \
+           [(k.name, k.grid, k.block, k.params, k.cubin) for k in program.kernels]
+    assert loaded.buffers == program.buffers
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"x": np.ones((7, 999), np.float16)}, "expected shape (7, 1000)"),
+    ({}, "missing ['x', 'w', 'b']"),
+])
+def test_wrong_inputs_at_call_time_are_named(bad: dict, message: str) -> None:
+    program = ts.compile(CASES["norms"](), profile=False)
+    inputs = {**random_inputs(CASES["norms"](), seed=1), **bad} if bad else {}
+    with pytest.raises(ts.InputError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        program(device="cpu", **inputs)
+
+
+def test_int_input_where_float_expected_is_refused() -> None:
+    graph = CASES["views"]()
+    program = ts.compile(graph, profile=False)
+    with pytest.raises(ts.InputError, match="expected float16"):
+        program(device="cpu", x=np.ones((6, 10, 7), np.int32))
+
+
+def test_unknown_target_lists_the_known_ones() -> None:
+    with pytest.raises(ts.TargetError, match="known targets: sm90"):
+        ts.compile(CASES["views"](), target="sm42")
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the message seen on machines without a GPU")
+def test_profiling_without_a_gpu_is_a_clear_error() -> None:
+    with pytest.raises(ts.TensorsmithError, match="needs an NVIDIA GPU"):
+        ts.compile(CASES["views"](), profile=True)
