@@ -35,13 +35,12 @@ from pathlib import Path
 from cuda.bindings import nvrtc
 
 from tensorsmith.ir.errors import CompileError, TargetError
+from tensorsmith.ir.knobs import CACHE_DIR_ENV, cache_root  # noqa: F401 (CACHE_DIR_ENV re-exported for tests)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ARCH = "sm_90"
 BASE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
-CACHE_DIR_ENV = "TENSORSMITH_CACHE_DIR"
-DEFAULT_CACHE_ROOT = Path("~/.cache/tensorsmith")
 ELF_MAGIC = b"\x7fELF"
 SYSTEM_CUDA_INCLUDE = "/usr/local/cuda/include"  # the last place to look for cuda_fp16.h
 
@@ -55,13 +54,6 @@ class NvrtcResult:
 
     cubin: bytes | None
     log: str
-
-
-def cache_root() -> Path:
-    """The root of tensorsmith's on-disk caches: $TENSORSMITH_CACHE_DIR, else ~/.cache/tensorsmith."""
-    # The one place where TENSORSMITH_CACHE_DIR is read.
-    value = os.environ.get(CACHE_DIR_ENV)
-    return Path(value).expanduser() if value else DEFAULT_CACHE_ROOT.expanduser()
 
 
 def default_cubin_dir() -> Path:

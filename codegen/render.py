@@ -34,6 +34,7 @@ class RenderedKernel:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     params: tuple[str, ...]
+    writes: tuple[str, ...]
     schedule: Schedule
 
 
@@ -63,7 +64,8 @@ def render_kernel(program: KernelProgram, position: int, version: str = "") -> R
     context = _context(program, position, kernel, schedule, body, extra, version)
     source = _environment().get_template(f"{kernel.archetype}.cu.j2").render(k=context)
     return RenderedKernel(kernel.name, f"{position:02d}_{kernel.writes[0]}", kernel.archetype, source,
-                          context["grid"], context["block"], tuple(p["name"] for p in context["params"]), schedule)
+                          context["grid"], context["block"], tuple(p["name"] for p in context["params"]),
+                          kernel.writes, schedule)
 
 
 def _index_type(program: KernelProgram) -> str:

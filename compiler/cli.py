@@ -10,7 +10,7 @@ from typing import Sequence
 
 from tensorsmith.ir.errors import TensorsmithError
 
-from .targets import TARGETS
+from tensorsmith.ir.targets import TARGETS
 
 USAGE_ERRORS = 2   # bad input from the user: a model that raises, an unknown target, a missing file
 FAILURE = 1        # tensorsmith itself failed: a compile error, a wrong kernel, a GPU fault
@@ -24,6 +24,8 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=float, default=60.0, metavar="SECONDS", help="search time budget (default 60)")
     parser.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same program")
     parser.add_argument("--no-profile", action="store_true", help="do not time kernels even where a GPU is present")
+    parser.add_argument("--cache-dir", help="where compiled programs are cached (default ~/.cache/tensorsmith/programs)")
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the compiled-program cache")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each stage's time")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
@@ -37,13 +39,22 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser("inspect", help="show the kernels of a compiled program folder")
     inspect.add_argument("folder", help="a folder written by `tensorsmith compile`")
     inspect.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    run = commands.add_parser("run", help="run a compiled program folder and check it against the reference",
+                              description="Run a compiled program on random inputs (or --inputs) and, with --check,"
+                                          " compare every output with the reference interpreter (exit 1 on a mismatch).")
+    run.add_argument("folder", help="a folder written by `tensorsmith compile`")
+    run.add_argument("--check", action="store_true", help="compare the outputs with the reference interpreter")
+    run.add_argument("--device", choices=("cuda", "cpu"), help="where to run (default: the GPU if there is one)")
+    run.add_argument("--inputs", help="a .npz file with one array per input (default: random inputs)")
+    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    run.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `tensorsmith`."""
     args = build_parser().parse_args(argv)
-    return _guarded(args, {"compile": run_compile, "inspect": run_inspect}[args.command])
+    return _guarded(args, {"compile": run_compile, "inspect": run_inspect, "run": run_program}[args.command])
 
 
 def compile_main(argv: Sequence[str] | None = None) -> int:
@@ -74,27 +85,52 @@ def _is_internal(err: TensorsmithError) -> bool:
 
 
 def run_compile(args: argparse.Namespace) -> int:
+    from tensorsmith.codegen.runtime import gpu_available
+    from tensorsmith.ir.targets import get_target
+
     from .model_loader import load_graph
     from .pipeline import STAGES, compile
-    from .targets import get_target
     get_target(args.target)                # an unknown target fails before any work
     graph = load_graph(args.model, args.graph)
-    step = iter(range(1, len(STAGES) + 1))
-
-    def progress(stage: str) -> None:
-        if not args.quiet:
-            print(f"[{next(step)}/{len(STAGES)}] {stage}", file=sys.stderr, flush=True)
-
+    progress = Progress(len(STAGES), quiet=args.quiet)
+    if not args.quiet and not args.no_profile and not gpu_available():
+        print("note: no GPU found: kernels are ranked by the cost model and compiled to cubin, not timed",
+              file=sys.stderr)
     program = compile(graph, target=args.target, budget_s=args.budget, seed=args.seed,
-                      profile=False if args.no_profile else None, progress=progress)
+                      profile=False if args.no_profile else None, progress=progress,
+                      cache=not args.no_cache, cache_dir=args.cache_dir)
+    progress.done()
     folder = program.save(args.output)
     if not args.quiet:
         print(format_table(program.describe()))
         if args.verbose:
-            stages = program.report["stage_seconds"]
+            stages = program.report.get("stage_seconds", {})
             print("stages: " + ", ".join(f"{name} {seconds:.2f}s" for name, seconds in stages.items()))
-        print(f"wrote {folder}/ ({len(program.kernels)} kernels)")
+        print(f"wrote {folder}/ ({len(program.kernels)} kernels; open {folder / 'report.html'} for the report)")
     return 0
+
+
+class Progress:
+    """Stage progress on stderr: one line rewritten in place on a terminal, a line per stage otherwise."""
+
+    def __init__(self, stages: int, quiet: bool):
+        self.stages, self.quiet, self.step = stages, quiet, 0
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, stage: str) -> None:
+        if self.quiet:
+            return
+        if stage == "cache":
+            print("found in the cache: nothing to recompile", file=sys.stderr, flush=True)
+            return
+        self.step += 1
+        bar = "#" * self.step + "." * (self.stages - self.step)
+        line = f"[{bar}] {self.step}/{self.stages} {stage}"
+        print(f"\r{line:60s}" if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.tty and not self.quiet and self.step:
+            print(file=sys.stderr)
 
 
 def run_inspect(args: argparse.Namespace) -> int:
@@ -107,24 +143,57 @@ def run_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_program(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from tensorsmith.ir.interpreter import evaluate
+    from tensorsmith.search.verify import compare, random_inputs
+
+    from .program import load
+    program = load(args.folder)
+    if program.graph is None and (args.check or not args.inputs):
+        raise TensorsmithError(f"{args.folder} has no graph.json, so it cannot be checked or given random inputs")
+    if args.inputs:
+        with np.load(args.inputs) as data:
+            inputs = {name: data[name] for name in data.files}
+    else:
+        inputs = random_inputs(program.graph, args.seed)
+    outputs = program(device=args.device, **inputs)
+    for name, value in outputs.items():
+        print(f"{name}: shape {tuple(value.shape)} {value.dtype}, mean {float(np.mean(value)):.6g}")
+    if not args.check:
+        return 0
+    checks = compare(program.graph, outputs, evaluate(program.graph, inputs))
+    for check in checks:
+        verdict = "ok" if check.ok else "MISMATCH"
+        print(f"check {check.output}: relative L2 error {check.error:.3g} (tolerance {check.tolerance:g}) {verdict}")
+    return 0 if all(check.ok for check in checks) else FAILURE
+
+
 def format_table(doc: dict) -> str:
-    """The kernels of a program.json document as a table, with a note when nothing was timed."""
-    rows = [("#", "kernel", "archetype", "grid x block", "schedule", "time")]
+    """The kernels of a program.json document as a table, with the totals and the speedup over unfused."""
+    def us(ms: float | None) -> str:
+        return f"{ms * 1000:.1f} us" if ms is not None else "-"
+    rows = [("#", "kernel", "archetype", "grid x block", "schedule", "predicted", "measured")]
     for i, k in enumerate(doc["kernels"]):
-        ms = k["measured_ms"]
         schedule = ", ".join(f"{key}={value}" for key, value in k["schedule"].items())
         rows.append((str(i), k["name"], k["archetype"], f"{k['grid'][0]} x {k['block'][0]}", schedule,
-                     f"{ms * 1000:.1f} us" if ms is not None else "-"))
+                     us(k.get("predicted_ms")), us(k["measured_ms"])))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    report = doc.get("report", {})
     title = f"{doc['graph']} for {doc['target']}: {len(doc['kernels'])} kernel(s)"
-    total = doc.get("report", {}).get("total_ms")
-    if total is not None:
-        title += f", {total * 1000:.1f} us in all"
+    if report.get("total_ms") is not None:
+        title += f", {us(report['total_ms'])} measured"
     else:
         title += " (not timed: no GPU was used, so kernels were compiled to cubin but not run)"
-    return "\n".join([title, *lines])
+    footer = []
+    if report.get("speedup"):
+        footer.append(f"speedup over the unfused program: {report['speedup']:.2f}x ({report['speedup_basis']})")
+    if report.get("from_cache"):
+        footer.append("(from the cache)")
+    return "\n".join([title, *lines, *footer])
 
 
 if __name__ == "__main__":

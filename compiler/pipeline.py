@@ -2,20 +2,24 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
 from typing import Any, Callable
 
-from tensorsmith import codegen, rewrites, search
+from tensorsmith import rewrites, search
 from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.codegen.render import MEASURED_PLACEHOLDER, RenderedKernel, render_program
 from tensorsmith.ir.errors import DeviceError, GraphError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.interpreter import evaluate
 from tensorsmith.ir.kernel_program import KernelProgram
+from tensorsmith.ir.targets import Target, get_target
+from tensorsmith.search.cost import kernel_seconds, program_seconds
+from tensorsmith.search.partition import unfused
 from tensorsmith.search.verify import Check, VerificationError, compare, random_inputs, verify_program
 
+from .cache import ProgramCache, program_key
 from .program import CompiledKernel, Program
-from .targets import Target, get_target
 
 VERSION = "0.1.0"
 
@@ -46,6 +50,7 @@ class Compilation:
     cubins: list[bytes] = field(default_factory=list)
     kernel_ms: list[float] | None = None
     total_ms: float | None = None
+    unfused_ms: float | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -80,16 +85,25 @@ def _profile(c: Compilation) -> None:
         return
     if not gpu_available():
         raise DeviceError("profiling needs an NVIDIA GPU and none was found; compile with profile=False")
-    from .executor import profile_on_gpu
     inputs = random_inputs(c.graph, c.options.seed + 1000)
-    outputs, c.kernel_ms, c.total_ms = profile_on_gpu(to_program(c), inputs)
-    checks = compare(c.graph, outputs, evaluate(c.graph, inputs))
+    c.checks, c.kernel_ms, c.total_ms = measure(c.graph, to_program(c), inputs)
+    baseline = Compilation(c.graph, c.options, c.target, kernel_program=unfused(c.graph))
+    _render(baseline)
+    _nvrtc(baseline)
+    c.unfused_ms = measure(c.graph, to_program(baseline), inputs)[2]
+
+
+def measure(graph: Graph, program: Program, inputs: dict) -> tuple[list[Check], list[float], float]:
+    """Outputs checked against the reference first, then each kernel's and the program's median time in ms."""
+    from .executor import profile_on_gpu
+    outputs, kernel_ms, total_ms = profile_on_gpu(program, inputs)
+    checks = compare(graph, outputs, evaluate(graph, inputs))
     failed = [check for check in checks if not check.ok]
     if failed:
-        raise VerificationError(f"the GPU program for {c.graph.name!r} disagrees with the reference on output"
+        raise VerificationError(f"the GPU program for {graph.name!r} disagrees with the reference on output"
                                 f" {failed[0].output!r}: relative L2 error {failed[0].error:.3g}"
                                 f" > {failed[0].tolerance:g}; its timings are discarded")
-    c.checks = checks
+    return checks, kernel_ms, total_ms
 
 
 @dataclass(frozen=True)
@@ -110,43 +124,75 @@ STAGES: list[Stage] = [
 
 
 def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: int = 0,
-            profile: bool | None = None, progress: Callable[[str], None] | None = None) -> Program:
-    """Compile `graph` for `target` into a verified Program (profiled where a GPU is present)."""
+            profile: bool | None = None, progress: Callable[[str], None] | None = None,
+            cache: bool = True, cache_dir: str | Path | None = None) -> Program:
+    """Compile `graph` for `target` into a verified Program (profiled where a GPU is present).
+
+    A graph compiled before with the same target and options comes from the cache at once.
+    """
     if not graph.outputs:
         raise GraphError(f"graph {graph.name!r} has no outputs; register one with graph.output(name, tensor)")
     options = CompileOptions(target, budget_s, seed, profile, progress)
     compilation = Compilation(graph, options, get_target(target))
+    store = ProgramCache(Path(cache_dir) if cache_dir else None) if cache else None
+    key = program_key(graph, target, {"seed": seed, "budget_s": budget_s, "profile": _profiles(profile)}, VERSION)
+    if store is not None and (hit := store.get(key, graph)) is not None:
+        if progress:
+            progress("cache")
+        return hit
     for stage in STAGES:
         if progress:
             progress(stage.name)
         start = time.perf_counter()
         stage.run(compilation)
         compilation.seconds[stage.name] = time.perf_counter() - start
-    return to_program(compilation)
+    program = to_program(compilation)
+    if store is not None:
+        store.put(key, program)
+    return program
+
+
+def _profiles(profile: bool | None) -> bool:
+    from tensorsmith.codegen.runtime import gpu_available
+    return bool(profile) if profile is not None else gpu_available()
 
 
 def to_program(c: Compilation) -> Program:
     """The Program that the stages so far describe (timings written into each kernel's header)."""
+    program = c.kernel_program
     kernels = []
     for position, (rendered, cubin) in enumerate(zip(c.rendered, c.cubins)):
         measured = c.kernel_ms[position] if c.kernel_ms else None
+        predicted = kernel_seconds(program.kernels[position], program, c.target) * 1e3
         source = rendered.source
         if measured is not None:
-            source = source.replace(MEASURED_PLACEHOLDER, f"measured: {measured * 1000:.1f} us (median, L2 flushed)")
+            source = source.replace(MEASURED_PLACEHOLDER, f"measured: {measured * 1000:.1f} us (median, L2 flushed),"
+                                                          f" predicted {predicted * 1000:.1f} us")
         kernels.append(CompiledKernel(rendered.name, rendered.file_stem, rendered.archetype,
                                       rendered.schedule.as_dict(), source, cubin, rendered.grid, rendered.block,
-                                      rendered.params, measured))
-    program = c.kernel_program
-    report = {"stage_seconds": {k: round(v, 4) for k, v in c.seconds.items()},
-              "checks": [{"output": ch.output, "relative_l2": ch.error, "tolerance": ch.tolerance} for ch in c.checks],
-              "total_ms": c.total_ms}
-    if c.saturated is not None and hasattr(c.saturated, "report"):
-        report["saturation"] = _plain(c.saturated.report)
+                                      rendered.params, rendered.writes, measured, predicted))
     return Program(c.graph.name, c.target.name, dict(program.buffers), program.inputs, tuple(program.outputs),
-                   kernels, c.options.seed, VERSION, c.graph, program, report)
+                   kernels, c.options.seed, VERSION, c.graph, program, _report(c))
 
 
-def _plain(value: Any) -> Any:
-    """A dataclass report as JSON-ready data."""
-    from dataclasses import asdict, is_dataclass
-    return asdict(value) if is_dataclass(value) else value
+def _report(c: Compilation) -> dict[str, Any]:
+    predicted = program_seconds(c.kernel_program, c.target) * 1e3
+    unfused_predicted = program_seconds(unfused(c.graph), c.target) * 1e3
+    history = [{"name": "unfused", "us": unfused_predicted * 1e3, "basis": "predicted"},
+               {"name": "fused", "us": predicted * 1e3, "basis": "predicted"}]
+    if c.total_ms is not None and c.unfused_ms is not None:
+        history = [{"name": "unfused", "us": c.unfused_ms * 1e3, "basis": "measured"},
+                   {"name": "fused", "us": c.total_ms * 1e3, "basis": "measured"}]
+    measured = c.total_ms is not None and c.unfused_ms is not None
+    report = {
+        "stage_seconds": {k: round(v, 4) for k, v in c.seconds.items()},
+        "checks": [{"output": ch.output, "relative_l2": ch.error, "tolerance": ch.tolerance} for ch in c.checks],
+        "total_ms": c.total_ms, "predicted_ms": predicted, "unfused_predicted_ms": unfused_predicted,
+        "unfused_ms": c.unfused_ms,
+        "speedup": (c.unfused_ms / c.total_ms) if measured else unfused_predicted / predicted,
+        "speedup_basis": "measured" if measured else "predicted by the cost model",
+        "search_history": history,
+    }
+    if c.saturated is not None and hasattr(c.saturated, "report"):
+        report["saturation"] = asdict(c.saturated.report) if is_dataclass(c.saturated.report) else c.saturated.report
+    return report

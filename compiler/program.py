@@ -1,11 +1,12 @@
 """Program: what `compile` returns. It runs on the GPU, runs its kernel program in numpy, and saves itself."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -16,8 +17,11 @@ from tensorsmith.ir.errors import InputError, TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.interpreter import check_inputs
 from tensorsmith.ir.kernel_program import Buffer, KernelProgram
+from tensorsmith.ir.serialize import (graph_from_data, graph_to_data, kernel_program_from_data,
+                                       kernel_program_to_data)
 
 PROGRAM_FORMAT = 1
+MANIFEST = "manifest.json"   # sha256 of every other file; written last, so its presence means complete
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,9 @@ class CompiledKernel:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     params: tuple[str, ...]
+    writes: tuple[str, ...]
     measured_ms: float | None = None
+    predicted_ms: float | None = None
 
 
 @dataclass
@@ -70,7 +76,7 @@ class Program:
     def _check_inputs(self, inputs: Mapping[str, object]) -> dict[str, np.ndarray]:
         if self.graph is not None:
             checked = check_inputs(self.graph, inputs)
-            return {name: _to_host_dtype(inputs[name], self.buffers[name].dtype, checked[name]) for name in checked}
+            return {name: np.asarray(value, dtype=_host(self.buffers[name].dtype)) for name, value in checked.items()}
         missing = [n for n in self.inputs if n not in inputs]
         extra = [n for n in inputs if n not in self.inputs]
         if missing or extra:
@@ -85,24 +91,38 @@ class Program:
         return arrays
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write kernels/NN_name.cu, their cubins and program.json into `path`, atomically."""
+        """Write kernels/NN_name.cu and cubins, program.json, graph.json and report.html into `path`, atomically."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
-            (staging / "kernels").mkdir()
-            for kernel in self.kernels:
-                (staging / "kernels" / f"{kernel.file_stem}.cu").write_text(kernel.source)
-                (staging / "kernels" / f"{kernel.file_stem}.cubin").write_bytes(kernel.cubin)
-            (staging / "program.json").write_text(json.dumps(self.describe(), indent=2) + "\n")
+            files = self._files()
+            for name, data in files.items():
+                (staging / name).parent.mkdir(parents=True, exist_ok=True)
+                (staging / name).write_bytes(data)
+            manifest = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+            (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")   # last: marks it complete
             _replace_dir(staging, target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         return target
 
+    def _files(self) -> dict[str, bytes]:
+        from .report import render_report
+        files: dict[str, bytes] = {}
+        for kernel in self.kernels:
+            files[f"kernels/{kernel.file_stem}.cu"] = kernel.source.encode()
+            files[f"kernels/{kernel.file_stem}.cubin"] = kernel.cubin
+        files["program.json"] = (json.dumps(self.describe(), indent=2) + "\n").encode()
+        if self.graph is not None and self.kernel_program is not None:
+            doc = {"graph": graph_to_data(self.graph), "kernel_program": kernel_program_to_data(self.kernel_program)}
+            files["graph.json"] = json.dumps(doc).encode()
+        files["report.html"] = render_report(self).encode()
+        return files
+
     def describe(self) -> dict[str, Any]:
-        """The program.json document (documented in docs/program-json.md)."""
+        """The program.json document (its fields are listed in the README's "What you get")."""
         def tensor(name: str) -> dict[str, Any]:
             buf = self.buffers[name]
             return {"name": name, "shape": list(buf.shape), "dtype": buf.dtype.value}
@@ -113,29 +133,39 @@ class Program:
             "buffers": [{**tensor(b.name), "role": b.role, "bytes": b.nbytes} for b in self.buffers.values()],
             "kernels": [{"name": k.name, "source": f"kernels/{k.file_stem}.cu", "cubin": f"kernels/{k.file_stem}.cubin",
                          "archetype": k.archetype, "schedule": k.schedule, "grid": list(k.grid),
-                         "block": list(k.block), "params": list(k.params), "measured_ms": k.measured_ms}
+                         "block": list(k.block), "params": list(k.params), "writes": list(k.writes),
+                         "measured_ms": k.measured_ms,
+                         "predicted_ms": k.predicted_ms}
                         for k in self.kernels],
             "report": self.report,
         }
 
 
 def load(path: str | os.PathLike) -> Program:
-    """A Program saved by `Program.save` (it runs on the GPU; the graph is not saved)."""
+    """A Program saved by `Program.save`; with its graph.json it also runs on the CPU and can be checked."""
     folder = Path(path)
     try:
         doc = json.loads((folder / "program.json").read_text())
-    except (OSError, ValueError) as err:
+        if doc.get("format") != PROGRAM_FORMAT:
+            raise ValueError(f"format {doc.get('format')!r}, expected {PROGRAM_FORMAT}")
+        buffers = {b["name"]: Buffer(b["name"], tuple(b["shape"]), DType(b["dtype"]), b["role"])
+                   for b in doc["buffers"]}
+        kernels = [CompiledKernel(k["name"], Path(k["source"]).stem, k["archetype"], k["schedule"],
+                                  (folder / k["source"]).read_text(), (folder / k["cubin"]).read_bytes(),
+                                  tuple(k["grid"]), tuple(k["block"]), tuple(k["params"]), tuple(k["writes"]),
+                                  k["measured_ms"],
+                                  k.get("predicted_ms"))
+                   for k in doc["kernels"]]
+        graph = kernel_program = None
+        if (folder / "graph.json").exists():
+            extra = json.loads((folder / "graph.json").read_text())
+            graph = graph_from_data(extra["graph"])
+            kernel_program = kernel_program_from_data(extra["kernel_program"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
         raise TensorsmithError(f"{folder} is not a saved tensorsmith program: {err}") from None
-    if doc.get("format") != PROGRAM_FORMAT:
-        raise TensorsmithError(f"{folder}/program.json has format {doc.get('format')!r}; expected {PROGRAM_FORMAT}")
-    buffers = {b["name"]: Buffer(b["name"], tuple(b["shape"]), DType(b["dtype"]), b["role"]) for b in doc["buffers"]}
-    kernels = [CompiledKernel(k["name"], Path(k["source"]).stem, k["archetype"], k["schedule"],
-                              (folder / k["source"]).read_text(), (folder / k["cubin"]).read_bytes(),
-                              tuple(k["grid"]), tuple(k["block"]), tuple(k["params"]), k["measured_ms"])
-               for k in doc["kernels"]]
     return Program(doc["graph"], doc["target"], buffers, tuple(t["name"] for t in doc["inputs"]),
                    tuple(t["name"] for t in doc["outputs"]), kernels, doc["seed"], doc["compiler_version"],
-                   report=doc.get("report", {}))
+                   graph, kernel_program, doc.get("report", {}))
 
 
 def _replace_dir(staging: Path, target: Path) -> None:
@@ -158,7 +188,3 @@ def _numpy(value: object) -> object:
 
 def _host(dtype: DType) -> type:
     return {DType.FLOAT16: np.float16, DType.INT32: np.int32, DType.BOOL: np.bool_}.get(dtype, np.float32)
-
-
-def _to_host_dtype(original: object, dtype: DType, checked: np.ndarray) -> np.ndarray:
-    return np.asarray(checked, dtype=_host(dtype))

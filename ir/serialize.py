@@ -6,6 +6,7 @@ from typing import Any, Iterable
 
 from .dtypes import DType
 from .graph import Graph
+from .kernel_program import Buffer, Kernel, KernelProgram, Schedule
 from .node import Node, toposort
 from .ops import Op
 
@@ -67,3 +68,24 @@ def _arg_from_data(op: Op, data: Any) -> Any:
     if op in _PAIR_ARGS:
         return tuple(tuple(pair) for pair in data)
     return data
+
+
+def kernel_program_to_data(program: KernelProgram) -> dict[str, Any]:
+    roots = [node for kernel in program.kernels for _, node in kernel.outputs]
+    records, index = nodes_to_data(roots)
+    return {
+        "format": FORMAT, "name": program.name, "nodes": records,
+        "buffers": [{"name": b.name, "shape": list(b.shape), "dtype": b.dtype.value, "role": b.role}
+                    for b in program.buffers.values()],
+        "kernels": [{"name": k.name, "archetype": k.archetype, "schedule": k.schedule.as_dict(),
+                     "outputs": [[buf, index[id(node)]] for buf, node in k.outputs]} for k in program.kernels],
+        "inputs": list(program.inputs), "outputs": program.outputs,
+    }
+
+
+def kernel_program_from_data(data: dict[str, Any]) -> KernelProgram:
+    nodes = nodes_from_data(data["nodes"])
+    buffers = {b["name"]: Buffer(b["name"], tuple(b["shape"]), DType(b["dtype"]), b["role"]) for b in data["buffers"]}
+    kernels = [Kernel(k["name"], k["archetype"], tuple((buf, nodes[i]) for buf, i in k["outputs"]),
+                      Schedule.of(**k["schedule"])) for k in data["kernels"]]
+    return KernelProgram(data["name"], buffers, kernels, tuple(data["inputs"]), dict(data["outputs"]))

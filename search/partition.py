@@ -14,7 +14,7 @@ from tensorsmith.ir import primitives as P
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Buffer, Kernel, KernelProgram
 from tensorsmith.ir.node import Node, toposort
-from tensorsmith.ir.ops import Op, REDUCE
+from tensorsmith.ir.ops import COMPUTE, Op, REDUCE
 
 Origins = dict[int, Node]  # id of a node in a kernel body -> the graph node it copies
 
@@ -34,6 +34,12 @@ def partition(graph: Graph) -> KernelProgram:
             materialised.add(id(original))
             continue
         return program
+
+
+def unfused(graph: Graph) -> KernelProgram:
+    """The baseline: one kernel per compute op (views still fold into their consumers)."""
+    compute = {id(node) for node in graph.nodes() if node.op in COMPUTE or node.op == Op.CAST}
+    return build_program(graph, compute)[0]
 
 
 def build_program(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, Origins]:

@@ -1,4 +1,4 @@
-"""Skips the tests marked `gpu` where no GPU is found."""
+"""Skips the tests marked `gpu` where no GPU is found; gives the test session caches of its own."""
 from __future__ import annotations
 
 import pytest
@@ -16,3 +16,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU; none found (no driver or no device)")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Compiled programs and cubins go to a fresh folder, so tests neither read nor fill the user's cache."""
+    from tensorsmith.ir.knobs import CACHE_DIR_ENV
+    patch = pytest.MonkeyPatch()
+    patch.setenv(CACHE_DIR_ENV, str(tmp_path_factory.mktemp("cache")))
+    yield
+    patch.undo()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tensorsmith.ir.errors import TargetError
+from .errors import TargetError
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,201 @@
+"""The e-graph as plain tables (e-class -> e-nodes), the cheapest choice per e-class, and the Graph it gives.
+
+egglog's own extraction is not used to leave the e-graph: its tree costs saturate at 2**64 on graphs with
+much sharing (every choice then ties), and egglog-python turns the extracted term into a Python expression
+recursively (about four frames per level, so a 2000-op chain overflows the default recursion limit). The
+tables come from the e-graph's frozen rows and are walked without recursion.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import struct
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from egglog import EGraph, get_let_name
+
+from tensorsmith.ir import primitives as P
+from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.node import Node
+from tensorsmith.ir.ops import Op
+
+TERM_SORT = "TExpr"
+OPS: dict[str, Op] = {
+    "Input": Op.INPUT, "Const": Op.CONSTANT, "Iota": Op.IOTA, "Exp2": Op.EXP2, "Log2": Op.LOG2, "Sin": Op.SIN,
+    "Sqrt": Op.SQRT, "Recip": Op.RECIP, "Add": Op.ADD, "Mul": Op.MUL, "Mod": Op.MOD, "LessThan": Op.LESS_THAN,
+    "Sum": Op.SUM, "Max": Op.MAX, "Cast": Op.CAST, "Reshape": Op.RESHAPE, "Permute": Op.PERMUTE,
+    "Expand": Op.EXPAND, "Slice": Op.SLICE, "Pad": Op.PAD, "Contiguous": Op.CONTIGUOUS,
+}
+
+
+def encode_value(value: float | int | bool) -> int:
+    """A constant's value as the signed 64-bit pattern of its float64 (exact for -0.0, inf, nan, int32, bool)."""
+    return struct.unpack("<q", struct.pack("<d", float(value)))[0]
+
+
+def decode_value(bits: int) -> float:
+    """The float64 whose bit pattern `encode_value` produced."""
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
+
+
+@dataclass(frozen=True)
+class ENode:
+    """One constructor application: its egg_fn name, its child e-classes, its literal arguments (in order)."""
+
+    op: str
+    children: tuple[int, ...]
+    lits: tuple[object, ...]
+
+
+@dataclass(frozen=True)
+class EClasses:
+    """The e-nodes of every e-class (ids 0..n-1), and the e-class of each root."""
+
+    nodes: dict[int, list[ENode]]
+    roots: dict[str, int]
+
+    @property
+    def num_enodes(self) -> int:
+        return sum(len(nodes) for nodes in self.nodes.values())
+
+
+def _decoder(egraph: EGraph, sort: str) -> Callable[[object], object]:
+    # egglog.EGraph keeps its Rust e-graph in `_egraph`; its frozen rows hold raw values that only it decodes.
+    raw = egraph._egraph
+    if sort == "String":
+        return raw.value_to_string
+    if sort == "i64":
+        return raw.value_to_i64
+    if sort.startswith("egglog.builtins.Vec"):
+        return lambda value: tuple(raw.value_to_i64(v) for v in raw.value_to_vec(value))
+    raise TypeError(f"no decoder for the egglog sort {sort}")
+
+
+def read_eclasses(egraph: EGraph, roots: Mapping[str, object]) -> EClasses:
+    """The e-graph's term e-classes and the e-class of each root (roots must be let-bound terms)."""
+    frozen = egraph._egraph.freeze()
+    ids: dict[object, int] = {}
+    nodes: dict[int, list[ENode]] = {}
+
+    def class_id(value: object) -> int:
+        if value not in ids:
+            ids[value] = len(ids)
+            nodes[ids[value]] = []
+        return ids[value]
+
+    for name, fn in frozen.functions.items():
+        if name not in OPS:
+            continue
+        kinds = [None if sort == TERM_SORT else _decoder(egraph, sort) for sort in fn.input_sorts]
+        for row in fn.rows:
+            if row.subsumed:
+                continue
+            children = tuple(class_id(v) for v, kind in zip(row.inputs, kinds) if kind is None)
+            lits = tuple(kind(v) for v, kind in zip(row.inputs, kinds) if kind is not None)
+            nodes[class_id(row.output)].append(ENode(name, children, lits))
+    root_ids = {}
+    for out, term in roots.items():
+        let = get_let_name(term)  # type: ignore[arg-type]
+        if let is None or f"${let}" not in frozen.functions:
+            raise ValueError(f"root {out!r} is not a let-bound term of this e-graph: {term}")
+        root_ids[out] = class_id(frozen.functions[f"${let}"].rows[0].output)
+    return EClasses(nodes, root_ids)
+
+
+def cheapest(classes: EClasses, cost: Callable[[ENode], float]) -> dict[int, ENode]:
+    """The e-node of least tree cost in every e-class that has a finite term (Knuth's generalised Dijkstra).
+
+    A class is settled when popped; an e-node is offered once all its child classes are settled, so the
+    choice is acyclic. Costs are floats (no overflow; shared subterms count once per use).
+    """
+    parents: dict[int, list[tuple[int, int]]] = {c: [] for c in classes.nodes}
+    waiting: dict[tuple[int, int], int] = {}
+    heap: list[tuple[float, int, int, int]] = []
+    for c, enodes in classes.nodes.items():
+        for k, enode in enumerate(enodes):
+            pending = set(enode.children)
+            waiting[(c, k)] = len(pending)
+            for child in pending:
+                parents[child].append((c, k))
+            if not pending:
+                heapq.heappush(heap, (cost(enode), c, k, 0))
+    best: dict[int, float] = {}
+    choice: dict[int, ENode] = {}
+    while heap:
+        total, c, k, _ = heapq.heappop(heap)
+        if c in best:
+            continue
+        best[c], choice[c] = total, classes.nodes[c][k]
+        for parent, j in parents[c]:
+            waiting[(parent, j)] -= 1
+            if waiting[(parent, j)] == 0 and parent not in best:
+                enode = classes.nodes[parent][j]
+                parent_cost = cost(enode) + sum(best[child] for child in enode.children)
+                heapq.heappush(heap, (min(parent_cost, math.inf), parent, j, 0))
+    return choice
+
+
+def node_of(enode: ENode, srcs: list[Node], graph: Graph) -> Node:
+    """The Node for one e-node, built by the checked primitives (shapes and dtypes re-inferred)."""
+    op, lits = OPS[enode.op], enode.lits
+    if op == Op.INPUT:
+        name, shape, dtype = lits
+        node = graph.inputs.get(name)  # type: ignore[arg-type]
+        if node is None or node.shape != shape or node.dtype.value != dtype:
+            raise ValueError(f"e-graph input {name!r} {shape} {dtype} is not an input of graph {graph.name!r}")
+        return node
+    if op == Op.CONSTANT:
+        bits, shape, dtype = lits
+        return P.constant(decode_value(bits), shape, dtype)  # type: ignore[arg-type]
+    if op == Op.IOTA:
+        return P.iota(lits[0], lits[1])  # type: ignore[arg-type]
+    if op in (Op.EXP2, Op.LOG2, Op.SIN, Op.SQRT, Op.RECIP):
+        return P.unary(op, srcs[0])
+    if op in (Op.ADD, Op.MUL, Op.MOD, Op.LESS_THAN):
+        return P.binary(op, srcs[0], srcs[1])
+    if op in (Op.SUM, Op.MAX):
+        return P.reduce(op, srcs[0], lits[0])  # type: ignore[arg-type]
+    if op == Op.CAST:
+        return P.cast(srcs[0], lits[0])  # type: ignore[arg-type]
+    if op == Op.CONTIGUOUS:
+        return P.contiguous(srcs[0])
+    if op == Op.RESHAPE:
+        return P.reshape(srcs[0], lits[0])  # type: ignore[arg-type]
+    if op == Op.EXPAND:
+        return P.expand(srcs[0], lits[0])  # type: ignore[arg-type]
+    if op == Op.PERMUTE:
+        return P.permute(srcs[0], lits[0])  # type: ignore[arg-type]
+    starts, shape = lits
+    if op == Op.SLICE:
+        return P.slice_(srcs[0], [(s, s + n) for s, n in zip(starts, shape)])  # type: ignore[call-overload]
+    widths = [(s, n - d - s) for s, n, d in zip(starts, shape, srcs[0].shape)]  # type: ignore[call-overload]
+    return P.pad(srcs[0], widths)
+
+
+def build_graph(classes: EClasses, choice: Mapping[int, ENode], graph: Graph) -> Graph:
+    """A Graph named like `graph`, with its input Nodes, whose outputs are the chosen terms of the roots."""
+    out = Graph(graph.name)
+    out.inputs.update(graph.inputs)
+    built: dict[int, Node] = {}
+    for name, root in classes.roots.items():
+        stack: list[tuple[int, bool]] = [(root, False)]
+        on_path: set[int] = set()
+        while stack:
+            c, expanded = stack.pop()
+            if c in built:
+                continue
+            if c not in choice:
+                raise ValueError(f"no e-node chosen for e-class {c} (output {name!r})")
+            enode = choice[c]
+            if expanded:
+                built[c] = node_of(enode, [built[child] for child in enode.children], graph)
+                on_path.discard(c)
+                continue
+            if c in on_path:
+                raise ValueError(f"the choice is cyclic at e-class {c} (output {name!r})")
+            on_path.add(c)
+            stack.append((c, True))
+            stack.extend((child, False) for child in reversed(enode.children) if child not in built)
+        out.outputs[name] = built[root]
+    return out

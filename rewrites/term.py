@@ -1,0 +1,270 @@
+"""The egglog term language of the IR: one constructor per primitive op, and the graph <-> e-graph bridge.
+
+Every constructor carries what `from_egglog` needs to rebuild its Node; the shapes and dtypes of the
+other terms are derived by the `analysis` ruleset (`shape_of`, `dtype_of`) so that rules can test them.
+
+Encodings chosen for egglog 13.2 (see `encode_value`):
+- a constant's value travels as the IEEE-754 bits of its float64 value (an i64): egglog's f64 compares
+  -0.0 and 0.0 as equal, so an f64 field would merge `Const(0.0)` with `Const(-0.0)` (1/x tells them apart);
+  int32 and bool constants are exact in float64.
+- shapes, axes and offsets are `Vec[i64]`; dtypes are their names (`"float32"`).
+- SLICE and PAD are stored as windows, `(starts, out_shape)`: slice reads x[i + starts]; pad reads
+  x[i - starts] inside the window and 0 outside. Their result shape is then an argument, which keeps
+  the shape analysis free of element-wise vector arithmetic (egglog's Vec has no zip).
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from egglog import (EGraph, Expr, String, StringLike, UnstableFn, Vec, eq, function, i64, i64Like, rule, ruleset,
+                    set_, var)
+
+from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.node import Node
+from tensorsmith.ir.ops import Op
+
+from .eclasses import EClasses, ENode, build_graph, cheapest, encode_value, read_eclasses
+
+# Costs of egglog's own extraction: views are nearly free, compute ops cost, reductions cost twice.
+LEAF_COST, VIEW_COST, ELEMENTWISE_COST, REDUCE_COST = 1, 1, 10, 20
+
+
+class TExpr(Expr, egg_sort="TExpr"):
+    """A tensor-valued term of the primitive language."""
+
+
+# leaves ------------------------------------------------------------------------------------------
+
+@function(egg_fn="Input", cost=LEAF_COST)
+def Input(name: StringLike, shape: Vec[i64], dtype: StringLike) -> TExpr: ...
+
+
+@function(egg_fn="Const", cost=LEAF_COST)
+def Const(bits: i64Like, shape: Vec[i64], dtype: StringLike) -> TExpr: ...
+
+
+@function(egg_fn="Iota", cost=LEAF_COST)
+def Iota(shape: Vec[i64], axis: i64Like) -> TExpr: ...
+
+
+# compute -----------------------------------------------------------------------------------------
+
+@function(egg_fn="Exp2", cost=ELEMENTWISE_COST)
+def Exp2(x: TExpr) -> TExpr: ...
+
+
+@function(egg_fn="Log2", cost=ELEMENTWISE_COST)
+def Log2(x: TExpr) -> TExpr: ...
+
+
+@function(egg_fn="Sin", cost=ELEMENTWISE_COST)
+def Sin(x: TExpr) -> TExpr: ...
+
+
+@function(egg_fn="Sqrt", cost=ELEMENTWISE_COST)
+def Sqrt(x: TExpr) -> TExpr: ...
+
+
+@function(egg_fn="Recip", cost=ELEMENTWISE_COST)
+def Recip(x: TExpr) -> TExpr: ...
+
+
+@function(egg_fn="Add", cost=ELEMENTWISE_COST)
+def Add(a: TExpr, b: TExpr) -> TExpr: ...
+
+
+@function(egg_fn="Mul", cost=ELEMENTWISE_COST)
+def Mul(a: TExpr, b: TExpr) -> TExpr: ...
+
+
+@function(egg_fn="Mod", cost=ELEMENTWISE_COST)
+def Mod(a: TExpr, b: TExpr) -> TExpr: ...
+
+
+@function(egg_fn="LessThan", cost=ELEMENTWISE_COST)
+def LessThan(a: TExpr, b: TExpr) -> TExpr: ...
+
+
+@function(egg_fn="Sum", cost=REDUCE_COST)
+def Sum(x: TExpr, axis: i64Like) -> TExpr: ...
+
+
+@function(egg_fn="Max", cost=REDUCE_COST)
+def Max(x: TExpr, axis: i64Like) -> TExpr: ...
+
+
+@function(egg_fn="Cast", cost=ELEMENTWISE_COST)
+def Cast(x: TExpr, dtype: StringLike) -> TExpr: ...
+
+
+# views -------------------------------------------------------------------------------------------
+
+@function(egg_fn="Reshape", cost=VIEW_COST)
+def Reshape(x: TExpr, shape: Vec[i64]) -> TExpr: ...
+
+
+@function(egg_fn="Permute", cost=VIEW_COST)
+def Permute(x: TExpr, axes: Vec[i64]) -> TExpr: ...
+
+
+@function(egg_fn="Expand", cost=VIEW_COST)
+def Expand(x: TExpr, shape: Vec[i64]) -> TExpr: ...
+
+
+@function(egg_fn="Slice", cost=VIEW_COST)
+def Slice(x: TExpr, starts: Vec[i64], shape: Vec[i64]) -> TExpr: ...
+
+
+@function(egg_fn="Pad", cost=VIEW_COST)
+def Pad(x: TExpr, starts: Vec[i64], shape: Vec[i64]) -> TExpr: ...
+
+
+@function(egg_fn="Contiguous", cost=ELEMENTWISE_COST)
+def Contiguous(x: TExpr) -> TExpr: ...
+
+
+# analysis: the shape and dtype of every term -----------------------------------------------------
+# Functions without a merge: two merged terms of different shapes or dtypes stop egglog with an error,
+# which is what an unsound rule should do.
+
+@function(egg_fn="shape_of")
+def shape_of(x: TExpr) -> Vec[i64]: ...
+
+
+@function(egg_fn="dtype_of")
+def dtype_of(x: TExpr) -> String: ...
+
+
+@function(egg_fn="vec-get", builtin=True)
+def vec_get(xs: Vec[i64], index: i64Like) -> i64:
+    """egglog's `vec-get`, declared so that it can be partially applied (`Vec[i64].__getitem__` cannot)."""
+
+
+def gather(values: Vec[i64], indices: Vec[i64]) -> Vec[i64]:
+    """[values[i] for i in indices], as an egglog expression (for permuted shapes and composed permutations)."""
+    return indices.map(UnstableFn[i64, i64](vec_get, values))
+
+
+UNARY_FNS: dict[Op, Callable[[TExpr], TExpr]] = {Op.EXP2: Exp2, Op.LOG2: Log2, Op.SIN: Sin, Op.SQRT: Sqrt,
+                                                 Op.RECIP: Recip}
+BINARY_FNS: dict[Op, Callable[[TExpr, TExpr], TExpr]] = {Op.ADD: Add, Op.MUL: Mul, Op.MOD: Mod,
+                                                         Op.LESS_THAN: LessThan}
+REDUCE_FNS: dict[Op, Callable[[TExpr, i64Like], TExpr]] = {Op.SUM: Sum, Op.MAX: Max}
+
+
+def _analysis_rules():  # type: ignore[no-untyped-def]
+    x, a, b = var("x", TExpr), var("a", TExpr), var("b", TExpr)
+    shape, starts, axes = var("shape", Vec[i64]), var("starts", Vec[i64]), var("axes", Vec[i64])
+    dtype, name = var("dtype", String), var("name", String)
+    bits, axis = var("bits", i64), var("axis", i64)
+    # leaves state their shape and dtype
+    yield rule(eq(x).to(Input(name, shape, dtype))).then(set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(dtype))
+    yield rule(eq(x).to(Const(bits, shape, dtype))).then(set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(dtype))
+    yield rule(eq(x).to(Iota(shape, axis))).then(set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(DType.INT32.value))
+    # elementwise ops keep their operand's shape; all but less_than keep its dtype
+    for fn in [*UNARY_FNS.values(), Contiguous]:
+        yield rule(eq(x).to(fn(a)), shape_of(a) == shape, dtype_of(a) == dtype).then(
+            set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(dtype))
+    for op, fn2 in BINARY_FNS.items():
+        out_dtype = String(DType.BOOL.value) if op == Op.LESS_THAN else dtype
+        yield rule(eq(x).to(fn2(a, b)), shape_of(a) == shape, dtype_of(a) == dtype).then(
+            set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(out_dtype))
+    yield rule(eq(x).to(Cast(a, dtype)), shape_of(a) == shape).then(
+        set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(dtype))
+    # reductions drop their axis
+    for fn_r in REDUCE_FNS.values():
+        yield rule(eq(x).to(fn_r(a, axis)), shape_of(a) == shape, dtype_of(a) == dtype).then(
+            set_(shape_of(x)).to(shape.remove(axis)), set_(dtype_of(x)).to(dtype))
+    # views: the new shape is an argument, except for permute, which gathers the old one
+    for view in (Reshape, Expand):
+        yield rule(eq(x).to(view(a, shape)), dtype_of(a) == dtype).then(
+            set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(dtype))
+    for window in (Slice, Pad):
+        yield rule(eq(x).to(window(a, starts, shape)), dtype_of(a) == dtype).then(
+            set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(dtype))
+    yield rule(eq(x).to(Permute(a, axes)), shape_of(a) == shape, dtype_of(a) == dtype).then(
+        set_(shape_of(x)).to(gather(shape, axes)), set_(dtype_of(x)).to(dtype))
+
+
+analysis = ruleset(*_analysis_rules(), name="analysis")
+
+CONSTRUCTORS: dict[str, Callable[..., TExpr]] = {
+    "Input": Input, "Const": Const, "Iota": Iota, "Exp2": Exp2, "Log2": Log2, "Sin": Sin, "Sqrt": Sqrt,
+    "Recip": Recip, "Add": Add, "Mul": Mul, "Mod": Mod, "LessThan": LessThan, "Sum": Sum, "Max": Max, "Cast": Cast,
+    "Reshape": Reshape, "Permute": Permute, "Expand": Expand, "Slice": Slice, "Pad": Pad, "Contiguous": Contiguous,
+}
+LEAVES, VIEWS, REDUCTIONS = {"Input", "Const", "Iota"}, {"Reshape", "Permute", "Expand", "Slice", "Pad"}, {"Sum", "Max"}
+COSTS: dict[str, int] = {name: LEAF_COST if name in LEAVES else VIEW_COST if name in VIEWS
+                         else REDUCE_COST if name in REDUCTIONS else ELEMENTWISE_COST for name in CONSTRUCTORS}
+
+
+# graph -> e-graph --------------------------------------------------------------------------------
+
+def vec(values: tuple[int, ...] | list[int]) -> Vec[i64]:
+    """A Vec[i64] literal (shapes, axes, offsets)."""
+    return Vec[i64](*(i64(int(v)) for v in values)) if values else Vec[i64].empty()
+
+
+def term_of(node: Node, srcs: list[TExpr]) -> TExpr:
+    """The constructor application for one Node, given the terms of its sources."""
+    op, arg = node.op, node.arg
+    if op == Op.INPUT:
+        return Input(arg, vec(node.shape), node.dtype.value)
+    if op == Op.CONSTANT:
+        return Const(encode_value(arg), vec(node.shape), node.dtype.value)
+    if op == Op.IOTA:
+        return Iota(vec(node.shape), arg)
+    if op in UNARY_FNS:
+        return UNARY_FNS[op](srcs[0])
+    if op in BINARY_FNS:
+        return BINARY_FNS[op](srcs[0], srcs[1])
+    if op in REDUCE_FNS:
+        return REDUCE_FNS[op](srcs[0], arg)
+    if op == Op.CAST:
+        return Cast(srcs[0], node.dtype.value)
+    if op == Op.CONTIGUOUS:
+        return Contiguous(srcs[0])
+    if op == Op.RESHAPE:
+        return Reshape(srcs[0], vec(arg))
+    if op == Op.EXPAND:
+        return Expand(srcs[0], vec(arg))
+    if op == Op.PERMUTE:
+        return Permute(srcs[0], vec(arg))
+    if op == Op.SLICE:
+        return Slice(srcs[0], vec([lo for lo, _ in arg]), vec(node.shape))
+    if op == Op.PAD:
+        return Pad(srcs[0], vec([before for before, _ in arg]), vec(node.shape))
+    raise NotImplementedError(f"no egglog term for {op}")
+
+
+def to_egglog(graph: Graph) -> tuple[EGraph, dict[str, TExpr]]:
+    """A fresh e-graph holding `graph`, and one root term per output.
+
+    Every node is let-bound (`n0`, `n1`, ... in topological order) and each term refers to its sources by
+    their bindings, so shared subterms are sent once: egglog-python serialises a nested expression as a
+    tree, which is exponential on a DAG and deeply recursive on a chain.
+    """
+    egraph = EGraph()
+    terms: dict[int, TExpr] = {}
+    for index, node in enumerate(graph.nodes()):
+        term = term_of(node, [terms[id(src)] for src in node.srcs])
+        terms[id(node)] = egraph.let(f"n{index}", term)
+    roots = {name: terms[id(node)] for name, node in graph.outputs.items()}
+    return egraph, roots
+
+
+def constructor_cost(enode: ENode) -> float:
+    """The cost its constructor declares (`cost=` above), for egglog's extraction and ours alike."""
+    return float(COSTS[enode.op])
+
+
+def from_egglog(egraph: EGraph, roots: Mapping[str, TExpr], graph: Graph,
+                choose: Callable[[EClasses], Mapping[int, ENode]] | None = None) -> Graph:
+    """A new Graph computing `roots` from the e-graph: same name, same input Nodes, checked primitives.
+
+    `choose` picks one e-node per e-class; by default the cheapest by `constructor_cost`.
+    """
+    classes = read_eclasses(egraph, roots)
+    choice = choose(classes) if choose is not None else cheapest(classes, constructor_cost)
+    return build_graph(classes, choice, graph)
