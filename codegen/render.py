@@ -93,7 +93,7 @@ def _node_lines(kernel: Kernel) -> list[str]:
     by_line: dict[str, list[str]] = {}
     for node in kernel.body:
         if node.op not in (Op.INPUT, Op.CONSTANT) and node.op not in VIEWS:
-            where = os.path.relpath(node.where) if node.where.startswith(os.sep) else node.where
+            where = os.path.basename(node.where)   # file:line of the user's model, stable wherever it runs
             by_line.setdefault(where or "<unknown>", []).append(node.op.value)
     return [f"{where}: {', '.join(ops)}" for where, ops in by_line.items()]
 

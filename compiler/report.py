@@ -56,8 +56,12 @@ def diagram(program: "Program") -> dict:
                 edges.append((f"k:{position}", f"b:{name}"))
             elif f"b:{name}" in nodes:
                 edges.append((f"b:{name}", f"k:{position}"))
-    lines = [{"x1": nodes[a]["x"] + box_w / 2, "y1": nodes[a]["y"] + box_h,
-              "x2": nodes[b]["x"] + box_w / 2, "y2": nodes[b]["y"]} for a, b in edges]
+    lines = []
+    for i, (a, b) in enumerate(edges):
+        x1, y1 = nodes[a]["x"] + box_w / 2, nodes[a]["y"] + box_h
+        x2, y2 = nodes[b]["x"] + box_w / 2, nodes[b]["y"]
+        bow = 0 if y2 - y1 <= gap + 1 else box_w / 2 + 30 + 12 * (i % 5)   # long edges bow round the boxes
+        lines.append({"d": f"M {x1} {y1} C {x1 + bow} {y1 + gap}, {x2 + bow} {y2 - gap}, {x2} {y2}"})
     return {"nodes": list(nodes.values()), "edges": lines, "width": width,
             "height": 20 + len(rows) * (box_h + gap)}
 

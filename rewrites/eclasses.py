@@ -21,6 +21,7 @@ from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 
 TERM_SORT = "TExpr"
+ANALYSES = ("shape_of", "dtype_of")
 OPS: dict[str, Op] = {
     "Input": Op.INPUT, "Const": Op.CONSTANT, "Iota": Op.IOTA, "Exp2": Op.EXP2, "Log2": Op.LOG2, "Sin": Op.SIN,
     "Sqrt": Op.SQRT, "Recip": Op.RECIP, "Add": Op.ADD, "Mul": Op.MUL, "Mod": Op.MOD, "LessThan": Op.LESS_THAN,
@@ -50,10 +51,13 @@ class ENode:
 
 @dataclass(frozen=True)
 class EClasses:
-    """The e-nodes of every e-class (ids 0..n-1), and the e-class of each root."""
+    """The e-nodes of every e-class (ids 0..n-1), the e-class of each root, and the shape and dtype that the
+    `analysis` ruleset found for each e-class (empty where it has not run)."""
 
     nodes: dict[int, list[ENode]]
     roots: dict[str, int]
+    shapes: dict[int, tuple[int, ...]]
+    dtypes: dict[int, str]
 
     @property
     def num_enodes(self) -> int:
@@ -84,7 +88,11 @@ def read_eclasses(egraph: EGraph, roots: Mapping[str, object]) -> EClasses:
             nodes[ids[value]] = []
         return ids[value]
 
+    analyses: dict[str, dict[int, object]] = {name: {} for name in ANALYSES}
     for name, fn in frozen.functions.items():
+        if name in ANALYSES:
+            decode = _decoder(egraph, fn.output_sort)
+            analyses[name].update((class_id(row.inputs[0]), decode(row.output)) for row in fn.rows)
         if name not in OPS:
             continue
         kinds = [None if sort == TERM_SORT else _decoder(egraph, sort) for sort in fn.input_sorts]
@@ -100,7 +108,7 @@ def read_eclasses(egraph: EGraph, roots: Mapping[str, object]) -> EClasses:
         if let is None or f"${let}" not in frozen.functions:
             raise ValueError(f"root {out!r} is not a let-bound term of this e-graph: {term}")
         root_ids[out] = class_id(frozen.functions[f"${let}"].rows[0].output)
-    return EClasses(nodes, root_ids)
+    return EClasses(nodes, root_ids, analyses["shape_of"], analyses["dtype_of"])  # type: ignore[arg-type]
 
 
 def cheapest(classes: EClasses, cost: Callable[[ENode], float]) -> dict[int, ENode]:

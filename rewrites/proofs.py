@@ -234,7 +234,7 @@ class Claim:
     def variables(self) -> tuple[Any, ...]:
         """Fresh Z3 variables, one per parameter of lhs."""
         names = list(inspect.signature(self.lhs).parameters)
-        sorts = self.sorts or ("scalar",) * len(names)
+        sorts = self.sorts if self.sorts is not None else ("scalar",) * len(names)
         if len(sorts) != len(names):
             names = [f"v{k}" for k in range(len(sorts))]  # lhs takes *args: name them by position
         makers = {"scalar": Scalar.var, "int": z3.Int, "bool": z3.Bool, "real": z3.Real}
@@ -264,8 +264,8 @@ def _facts(value: Any) -> tuple[z3.BoolRef, ...]:
     return ()
 
 
-def check(claim: Claim, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> tuple[Verdict, z3.ModelRef | None]:
-    """Ask Z3 for a counterexample: none is PROVED, one is REFUTED (with the model), a timeout UNKNOWN."""
+def _solver(claim: Claim, timeout_ms: int) -> tuple[z3.Solver, Any, Any]:
+    """A solver holding the claim's premises, and its two sides."""
     variables = claim.variables()
     lhs, rhs = claim.lhs(*variables), claim.rhs(*variables)
     solver = z3.Solver()
@@ -275,6 +275,12 @@ def check(claim: Claim, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> tuple[Verdict, 
     solver.add(*_facts(lhs), *_facts(rhs))
     if claim.assuming is not None:
         solver.add(claim.assuming(*variables))
+    return solver, lhs, rhs
+
+
+def check(claim: Claim, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> tuple[Verdict, z3.ModelRef | None]:
+    """Ask Z3 for a counterexample: none is PROVED, one is REFUTED (with the model), a timeout UNKNOWN."""
+    solver, lhs, rhs = _solver(claim, timeout_ms)
     solver.add(z3.Not(_equal(lhs, rhs)))
     answer = solver.check()
     if answer == z3.unsat:
@@ -287,3 +293,8 @@ def check(claim: Claim, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> tuple[Verdict, 
 def prove(claim: Claim, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> bool:
     """True only when Z3 shows that no counterexample exists."""
     return check(claim, timeout_ms)[0] == Verdict.PROVED
+
+
+def consistent(claim: Claim, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> bool:
+    """True when the premises can hold at all, so that a proof of the claim is not vacuous."""
+    return _solver(claim, timeout_ms)[0].check() == z3.sat

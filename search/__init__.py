@@ -1,8 +1,5 @@
 """tensorsmith.search: from the e-graph to a verified KernelProgram (extraction, kernel boundaries, random tests)."""
-try:
-    from .extract import extract
-except ImportError:  # TEMP until the extraction module lands
-    extract = None
+from .extract import extract
 from .partition import partition
 from .verify import VerificationError, random_inputs, relative_l2, verify_program
 
