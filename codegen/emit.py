@@ -120,6 +120,8 @@ class Emitter:
     buffer_shapes: dict[str, tuple[int, ...]]
     lines: list[str] = field(default_factory=list)
     reduced: dict[int, tuple[Index, str]] = field(default_factory=dict)
+    accesses: list[tuple[Node, Index]] = field(default_factory=list)        # every load, for planning
+    preloaded: dict[tuple[str, Index], str] = field(default_factory=dict)  # (buffer, index) -> register array
     _memo: list[dict[tuple[int, Index], str]] = field(default_factory=lambda: [{}])
     _count: int = 0
     indent: int = 1
@@ -158,6 +160,9 @@ class Emitter:
     def _emit(self, node: Node, index: Index) -> str:
         op = node.op
         if op == Op.INPUT:
+            self.accesses.append((node, index))
+            if (node.arg, index) in self.preloaded:
+                return f"{self.preloaded[node.arg, index]}[it][v]"
             load = f"g_{node.arg}[{linear_index(index, self.buffer_shapes[node.arg])}]"
             return self._bind(node, LOAD.get(node.dtype, "{}").format(load))
         if op == Op.CONSTANT:

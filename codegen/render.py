@@ -16,7 +16,8 @@ from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op, REDUCE, VIEWS
 
-from .emit import COMPUTE_TYPE, Emitter, NotFusable, delinearize, is_inline_reduce, reduce_combine, reduce_init
+from .emit import (COMPUTE_TYPE, Emitter, NotFusable, delinearize, is_inline_reduce, linear_index, reduce_combine,
+                   reduce_init)
 from .schedules import ARCHETYPES, default_schedule
 
 MEASURED_PLACEHOLDER = "measured: not yet (rendered before profiling)"
@@ -53,8 +54,8 @@ def render_program(program: KernelProgram, version: str = "") -> list[RenderedKe
 def render_kernel(program: KernelProgram, position: int, version: str = "") -> RenderedKernel:
     """One kernel's CUDA source and launch shape; raises NotFusable if its archetype cannot take the body."""
     kernel = program.kernels[position]
-    schedule = kernel.schedule if kernel.schedule.params else default_schedule(kernel)
     shapes = {name: buf.shape for name, buf in program.buffers.items()}
+    schedule = kernel.schedule if kernel.schedule.params else default_schedule(kernel, shapes)
     if kernel.archetype == "pointwise":
         body, extra = _pointwise_body(kernel, shapes, schedule)
     elif kernel.archetype == "row_reduce":
@@ -114,50 +115,172 @@ def _pointwise_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[s
     return "\n".join(emitter.lines), extra
 
 
-def _row_reduce_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[str, dict]:
+@dataclass(frozen=True)
+class RowPlan:
+    """How a row kernel iterates: its output, its cooperative reductions, and its rows."""
+
+    name: str
+    out: Node
+    reduces: tuple[Node, ...]
+    per_row_output: bool        # one value per row (written by lane 0), else a row of values
+    row_shape: tuple[int, ...]
+    coords: tuple[tuple[str, str], ...]
+
+    @property
+    def row(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.coords)
+
+
+def row_plan(kernel: Kernel) -> RowPlan:
     if len(kernel.outputs) != 1:
         raise NotFusable(kernel.outputs[1][1], "a row-reduction kernel writes one output")
     name, out = kernel.outputs[0]
-    reduces = [n for n in kernel.body if n.op in REDUCE and not is_inline_reduce(n)]
+    reduces = tuple(n for n in kernel.body if n.op in REDUCE and not is_inline_reduce(n))
     per_row_output = any(r.shape == out.shape for r in reduces) or out.ndim == 0
     row_shape = out.shape if per_row_output else out.shape[:-1]
-    coords = [(f"r{axis}", expr) for axis, expr in enumerate(delinearize("row", row_shape))]
-    row = tuple(n for n, _ in coords)
-    emitter = Emitter(shapes)
     for reduce in reduces:
         if reduce.shape != row_shape:
             raise NotFusable(reduce, f"{reduce.op} of shape {reduce.shape} is not one value per row of {row_shape}")
-        _emit_row_reduction(emitter, reduce, row)
-    if per_row_output:
-        value = emitter.value(out, row)
-        emitter.open_scope("if (lane == 0)")
-        emitter.store(name, out.dtype, row, value)
-        emitter.close_scope()
-    else:
-        emitter.line(f"// the epilogue: {name} along its last axis")
-        emitter.open_scope(f"for (idx_t c = lane; c < {out.shape[-1]}; c += ROW_THREADS)")
-        emitter.store(name, out.dtype, row + ("c",), emitter.value(out, row + ("c",)))
-        emitter.close_scope()
+    coords = tuple((f"r{axis}", expr) for axis, expr in enumerate(delinearize("row", row_shape)))
+    return RowPlan(name, out, reduces, per_row_output, row_shape, coords)
+
+
+def vector_width(kernel: Kernel, shapes: dict) -> int:
+    """Elements per thread per vector load for the register-cached row loop, or 1 where it does not apply.
+
+    It applies when every reduction runs along the last axis over as many elements as the output row has,
+    so that every loop of the kernel walks the same row and can read it from registers.
+    """
+    plan = row_plan(kernel)
+    if plan.per_row_output:
+        return 1
+    length = plan.out.shape[-1]
+    if any(r.arg != r.srcs[0].ndim - 1 or r.srcs[0].shape[-1] != length for r in plan.reduces):
+        return 1
+    width = 8
+    while width > 1 and length % width:
+        width //= 2
+    return width
+
+
+class _RowLoops:
+    """Emits every loop over a row: strided (vec == 1) or register-cached with vector loads (vec > 1)."""
+
+    def __init__(self, emitter: Emitter, plan: RowPlan, vec: int, row_threads: int):
+        self.emitter, self.plan, self.vec, self.row_threads = emitter, plan, vec, row_threads
+        self.length = plan.out.shape[-1] if plan.out.ndim else 1
+        self.items = _ceil_div(self.length, row_threads * vec)
+
+    def open(self, length: int, prologue: tuple[str, ...] = ()) -> str:
+        """Open a loop over `length` elements of the row; returns the element index variable.
+
+        With vec > 1, `prologue` lines go before the loop over one thread's VEC consecutive elements.
+        """
+        if self.vec == 1:
+            var = self.emitter.fresh("k")
+            self.emitter.open_scope(f"for (idx_t {var} = lane; {var} < {length}; {var} += ROW_THREADS)")
+            return var
+        self.emitter.line("#pragma unroll")
+        self.emitter.open_scope(f"for (int it = 0; it < {self.items}; ++it)")
+        self.emitter.line(f"const idx_t base = ((idx_t)lane + it * ROW_THREADS) * {self.vec};")
+        self.emitter.open_scope(f"if (base < {length})")
+        for line in prologue:
+            self.emitter.line(line)
+        self.emitter.line("#pragma unroll")
+        self.emitter.open_scope(f"for (int v = 0; v < {self.vec}; ++v)")
+        self.emitter.line("const idx_t k = base + v;")
+        return "k"
+
+    def close(self, epilogue: tuple[str, ...] = ()) -> None:
+        """Close the loop; with vec > 1, `epilogue` lines follow the loop over one thread's elements."""
+        self.emitter.close_scope()
+        if self.vec > 1:
+            for line in epilogue:
+                self.emitter.line(line)
+            self.emitter.close_scope()
+            self.emitter.close_scope()
+
+    def preload(self, accesses: list[tuple[Node, tuple[str, ...]]], buffers: dict) -> None:
+        """Load, once, every buffer the loops read along the row, VEC elements per 16-byte access."""
+        seen: dict[tuple[str, tuple[str, ...]], str] = {}
+        for node, index in accesses:
+            key = (node.arg, index)
+            shape = buffers[node.arg]
+            if (key in seen or index[-1] != "k" or any("k" in part for part in index[:-1])
+                    or not node.dtype.is_float or shape[-1] % self.vec):
+                continue
+            array = f"r_{node.arg}{len(seen)}"
+            seen[key] = array
+            offset = linear_index(index[:-1] + ("base",), shape)
+            self.emitter.line(f"float {array}[{self.items}][{self.vec}];")
+            self.emitter.line("#pragma unroll")
+            self.emitter.open_scope(f"for (int it = 0; it < {self.items}; ++it)")
+            self.emitter.line(f"const idx_t base = ((idx_t)lane + it * ROW_THREADS) * {self.vec};")
+            self.emitter.line(f"if (base < {self.length}) load_vec<{self.vec}>(g_{node.arg} + {offset}, {array}[it]);")
+            self.emitter.close_scope()
+        self.emitter.preloaded = seen
+
+
+def _row_reduce_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[str, dict]:
+    plan = row_plan(kernel)
+    vec = schedule.as_dict().get("vec", 1)
     row_threads, block = schedule["row_threads"], schedule["block"]
-    rows = max(1, _prod(row_shape))
-    extra = {"coords": coords, "rows": rows, "row_threads": row_threads, "block": (block, 1, 1),
-             "grid": (_ceil_div(rows, block // row_threads), 1, 1),
-             "strategy": f"{row_threads} threads per row, {block // row_threads} row(s) per block"}
+    if vec > 1:   # a first pass finds what the loops read along the row; the second preloads it
+        probe = Emitter(shapes)
+        _emit_row_loops(_RowLoops(probe, plan, vec, row_threads))
+        emitter = Emitter(shapes)
+        loops = _RowLoops(emitter, plan, vec, row_threads)
+        loops.preload(probe.accesses, shapes)
+    else:
+        emitter = Emitter(shapes)
+        loops = _RowLoops(emitter, plan, vec, row_threads)
+    _emit_row_loops(loops)
+    rows = max(1, _prod(plan.row_shape))
+    how = f"{row_threads} threads per row, {block // row_threads} row(s) per block"
+    if vec > 1:
+        how += f", the row cached in registers ({loops.items} x {vec} elements per thread, vector loads)"
+    extra = {"coords": list(plan.coords), "rows": rows, "row_threads": row_threads, "block": (block, 1, 1),
+             "grid": (_ceil_div(rows, block // row_threads), 1, 1), "strategy": how}
     return "\n".join(emitter.lines), extra
 
 
-def _emit_row_reduction(emitter: Emitter, reduce: Node, row: tuple[str, ...]) -> None:
-    """A strided loop over the reduced axis, then the cooperative reduction across the row's threads."""
+def _emit_row_loops(loops: _RowLoops) -> None:
+    """Every cooperative reduction of the row in order, then the epilogue that writes the output."""
+    emitter, plan = loops.emitter, loops.plan
+    row = plan.row
+    for reduce in plan.reduces:
+        _emit_row_reduction(loops, reduce, row)
+    if plan.per_row_output:
+        value = emitter.value(plan.out, row)
+        emitter.open_scope("if (lane == 0)")
+        emitter.store(plan.name, plan.out.dtype, row, value)
+        emitter.close_scope()
+        return
+    emitter.line(f"// the epilogue: {plan.name} along its last axis")
+    if loops.vec == 1 or not plan.out.dtype.is_float:
+        var = loops.open(plan.out.shape[-1])
+        emitter.store(plan.name, plan.out.dtype, row + (var,), emitter.value(plan.out, row + (var,)))
+        loops.close()
+        return
+    # collect a thread's VEC consecutive outputs, then write them with one vector store
+    offset = linear_index(row + ("base",), plan.out.shape)
+    var = loops.open(plan.out.shape[-1], prologue=(f"float r_out[{loops.vec}];",))
+    emitter.line(f"r_out[v] = {emitter.value(plan.out, row + (var,))};")
+    loops.close(epilogue=(f"store_vec<{loops.vec}>(g_{plan.name} + {offset}, r_out);",))
+
+
+def _emit_row_reduction(loops: _RowLoops, reduce: Node, row: tuple[str, ...]) -> None:
+    """A loop over the reduced axis, then the cooperative reduction across the row's threads."""
+    emitter = loops.emitter
     source = reduce.srcs[0]
-    length = source.shape[reduce.arg]
-    acc, var = emitter.fresh("acc"), emitter.fresh("k")
+    acc = emitter.fresh("acc")
     ctype = COMPUTE_TYPE[reduce.dtype]
     emitter.line(f"// {reduce.op} over axis {reduce.arg} of {list(source.shape)}")
     emitter.line(f"{ctype} {acc} = {reduce_init(reduce)};")
-    emitter.open_scope(f"for (idx_t {var} = lane; {var} < {length}; {var} += ROW_THREADS)")
+    var = loops.open(source.shape[reduce.arg])
     value = emitter.value(source, row[:reduce.arg] + (var,) + row[reduce.arg:])
     emitter.line(f"{acc} = {reduce_combine(reduce, acc, value)};")
-    emitter.close_scope()
+    loops.close()
     scratch = "s_scratch_f" if ctype == "float" else "s_scratch_i"
     emitter.line(f"{acc} = row_reduce({acc}, {'Sum' if reduce.op == Op.SUM else 'Max'}(), {scratch});")
     emitter.reduced[id(reduce)] = (row, acc)

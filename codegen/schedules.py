@@ -7,21 +7,25 @@ from tensorsmith.ir.ops import REDUCE
 # The parameters each archetype's template takes, and the values search may try.
 ARCHETYPES: dict[str, dict[str, tuple[int, ...]]] = {
     "pointwise": {"block": (128, 256, 512)},
-    "row_reduce": {"row_threads": (32, 64, 128, 256, 512, 1024), "block": (32, 64, 128, 256, 512, 1024)},
+    "row_reduce": {"row_threads": (32, 64, 128, 256, 512, 1024), "block": (32, 64, 128, 256, 512, 1024),
+                   "vec": (1, 2, 4, 8)},
 }
 ELEMENTS_PER_THREAD = 8   # aim for this many elements of a row per thread in each strided loop
 
 
-def default_schedule(kernel: Kernel) -> Schedule:
+def default_schedule(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Schedule:
     """A sensible schedule before search tunes it: enough threads per row to keep ~8 elements each."""
     if kernel.archetype == "pointwise":
         return Schedule.of(block=256)
+    from .render import vector_width   # render imports this module
+    vec = vector_width(kernel, shapes)
     longest = max((n.srcs[0].shape[n.arg] for n in kernel.body if n.op in REDUCE), default=1)
+    per_thread = ELEMENTS_PER_THREAD if vec == 1 else 2 * vec
     row_threads = 32
-    while row_threads < 1024 and row_threads * ELEMENTS_PER_THREAD < longest:
+    while row_threads < 1024 and row_threads * per_thread < longest:
         row_threads *= 2
     # past one warp a row's threads meet at block barriers, so such a row has its block to itself
-    return Schedule.of(row_threads=row_threads, block=row_threads if row_threads > 32 else 256)
+    return Schedule.of(row_threads=row_threads, block=row_threads if row_threads > 32 else 256, vec=vec)
 
 
 def is_valid(archetype: str, schedule: Schedule) -> bool:

@@ -8,10 +8,9 @@ tables come from the e-graph's frozen rows and are walked without recursion.
 from __future__ import annotations
 
 import heapq
-import math
 import struct
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from egglog import EGraph, get_let_name
 
@@ -64,7 +63,7 @@ class EClasses:
         return sum(len(nodes) for nodes in self.nodes.values())
 
 
-def _decoder(egraph: EGraph, sort: str) -> Callable[[object], object]:
+def _decoder(egraph: EGraph, sort: str) -> Callable[[Any], object]:
     # egglog.EGraph keeps its Rust e-graph in `_egraph`; its frozen rows hold raw values that only it decodes.
     raw = egraph._egraph
     if sort == "String":
@@ -115,11 +114,11 @@ def cheapest(classes: EClasses, cost: Callable[[ENode], float]) -> dict[int, ENo
     """The e-node of least tree cost in every e-class that has a finite term (Knuth's generalised Dijkstra).
 
     A class is settled when popped; an e-node is offered once all its child classes are settled, so the
-    choice is acyclic. Costs are floats (no overflow; shared subterms count once per use).
+    choice is acyclic. Costs are floats (inf only past 1e308; a shared subterm counts once per use).
     """
     parents: dict[int, list[tuple[int, int]]] = {c: [] for c in classes.nodes}
     waiting: dict[tuple[int, int], int] = {}
-    heap: list[tuple[float, int, int, int]] = []
+    heap: list[tuple[float, int, int]] = []  # (cost, e-class, index of the e-node in it)
     for c, enodes in classes.nodes.items():
         for k, enode in enumerate(enodes):
             pending = set(enode.children)
@@ -127,11 +126,11 @@ def cheapest(classes: EClasses, cost: Callable[[ENode], float]) -> dict[int, ENo
             for child in pending:
                 parents[child].append((c, k))
             if not pending:
-                heapq.heappush(heap, (cost(enode), c, k, 0))
+                heapq.heappush(heap, (cost(enode), c, k))
     best: dict[int, float] = {}
     choice: dict[int, ENode] = {}
     while heap:
-        total, c, k, _ = heapq.heappop(heap)
+        total, c, k = heapq.heappop(heap)
         if c in best:
             continue
         best[c], choice[c] = total, classes.nodes[c][k]
@@ -140,7 +139,7 @@ def cheapest(classes: EClasses, cost: Callable[[ENode], float]) -> dict[int, ENo
             if waiting[(parent, j)] == 0 and parent not in best:
                 enode = classes.nodes[parent][j]
                 parent_cost = cost(enode) + sum(best[child] for child in enode.children)
-                heapq.heappush(heap, (min(parent_cost, math.inf), parent, j, 0))
+                heapq.heappush(heap, (parent_cost, parent, j))
     return choice
 
 

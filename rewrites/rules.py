@@ -46,7 +46,7 @@ shape, shape2, p, q = var("shape", Vec[i64]), var("shape2", Vec[i64]), var("p", 
 dtype, bits = var("dtype", String), var("bits", i64)
 
 
-def _graph(name: str, out: Callable[[Node], Node], shape_: tuple[int, ...] = (3, 4), dtype_: str = "float32",
+def _graph(name: str, out: Callable[..., Node], shape_: tuple[int, ...] = (3, 4), dtype_: str = "float32",
            inputs: int = 1) -> Graph:
     """A graph with inputs x (and y) of one shape and the single output out(x[, y])."""
     g = Graph(name)
@@ -158,7 +158,8 @@ RULES: tuple[Rule, ...] = (
     Rule("mul_one", "x * 1 -> x", rewrite(Mul(x, Const(ONE, shape, dtype))).to(x),
          _both_kinds(lambda v: v * 1, lambda v: v, 1),
          lambda: _graph("mul_one", lambda v: P.binary(Op.MUL, v, P.constant(1.0, v.shape, v.dtype)))),
-    Rule("add_zero", "x + 0 -> x (equal as numbers: -0.0 + 0 is +0.0)", rewrite(Add(x, Const(ZERO, shape, dtype))).to(x),
+    Rule("add_zero", "x + 0 -> x (equal as numbers: -0.0 + 0 is +0.0)",
+         rewrite(Add(x, Const(ZERO, shape, dtype))).to(x),
          _both_kinds(lambda v: v + 0, lambda v: v, 1),
          lambda: _graph("add_zero", lambda v: P.binary(Op.ADD, v, P.constant(0.0, v.shape, v.dtype)))),
     # commutativity: lets the identities and later patterns match either operand order

@@ -5,6 +5,10 @@ commutativity can multiply the e-graph many times over. So each call runs `itera
 iterations (the back-off scheduler inside the call: egglog resets a scheduler at every `run`), and the
 limits are checked between calls. The e-graph is pushed before each call and popped if the call crossed
 `node_limit`, so the result never holds more e-nodes than the limit (unless the graph itself does).
+
+Because the scheduler starts afresh at every call, a rule banned in a call's first iteration (more matches
+than the match limit) and banned for longer than the call lasts would never run at all. So, unless one is
+given, the match limit grows with the e-graph: max(MIN_MATCH_LIMIT, e-nodes) at each call.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from .term import TExpr, analysis, to_egglog
 DEFAULT_ITERATIONS = 8
 DEFAULT_NODE_LIMIT = 50_000
 DEFAULT_TIME_LIMIT_S = 10.0
+MIN_MATCH_LIMIT = 1000
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ def _stage(egraph: EGraph, roots: dict[str, TExpr], iterations: int, seconds: fl
 
 def saturate(graph: Graph, rules: Sequence[Rule] = RULES, iterations: int = DEFAULT_ITERATIONS,
              node_limit: int = DEFAULT_NODE_LIMIT, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-             iterations_per_run: int = 2, match_limit: int = 1000, ban_length: int = 5) -> Saturated:
+             iterations_per_run: int = 2, match_limit: int | None = None, ban_length: int = 5) -> Saturated:
     """Load `graph` into an e-graph and apply `rules` until saturated or a limit is reached."""
     start = time.perf_counter()
     egraph, roots = to_egglog(graph)
@@ -109,7 +114,8 @@ def saturate(graph: Graph, rules: Sequence[Rule] = RULES, iterations: int = DEFA
             stopped = "time_limit"
             break
         k = min(iterations_per_run, iterations - done)
-        scheduler = back_off(match_limit=match_limit, ban_length=ban_length)
+        limit = match_limit if match_limit is not None else max(MIN_MATCH_LIMIT, stages[-1].enodes)
+        scheduler = back_off(match_limit=limit, ban_length=ban_length)
         began = time.perf_counter()
         egraph.push()
         report = egraph.run((run(rules_run, scheduler=scheduler) + analysis.saturate()) * k)

@@ -1,3 +1,4 @@
+# mypy: disable-error-code="empty-body"
 """The egglog term language of the IR: one constructor per primitive op, and the graph <-> e-graph bridge.
 
 Every constructor carries what `from_egglog` needs to rebuild its Node; the shapes and dtypes of the
@@ -14,19 +15,23 @@ Encodings chosen for egglog 13.2 (see `encode_value`):
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+import functools
+from typing import Callable, Iterator, Mapping
 
-from egglog import (EGraph, Expr, String, StringLike, UnstableFn, Vec, eq, function, i64, i64Like, rule, ruleset,
-                    set_, var)
+from egglog import (Action, EGraph, Expr, RewriteOrRule, String, StringLike, UnstableFn, Vec, eq, function, i64,
+                    i64Like, rule, ruleset, set_, var)
 
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.node import Node
+from tensorsmith.ir.node import Node, consumers
 from tensorsmith.ir.ops import Op
 
-from .eclasses import EClasses, ENode, build_graph, cheapest, encode_value, read_eclasses
+from .eclasses import OPS, EClasses, ENode, build_graph, cheapest, encode_value, read_eclasses
 
-# Costs of egglog's own extraction: views are nearly free, compute ops cost, reductions cost twice.
+SHARED_TERM_LIMIT = 16   # a shared node whose term is larger than this is let-bound, not repeated
+DEPTH_LIMIT = 24         # a term nested deeper than this is let-bound (egglog-python recurses ~4 frames a level)
+
+# Constructor costs (egglog's own extraction and `constructor_cost`): views nearly free, reductions twice.
 LEAF_COST, VIEW_COST, ELEMENTWISE_COST, REDUCE_COST = 1, 1, 10, 20
 
 
@@ -153,7 +158,7 @@ BINARY_FNS: dict[Op, Callable[[TExpr, TExpr], TExpr]] = {Op.ADD: Add, Op.MUL: Mu
 REDUCE_FNS: dict[Op, Callable[[TExpr, i64Like], TExpr]] = {Op.SUM: Sum, Op.MAX: Max}
 
 
-def _analysis_rules():  # type: ignore[no-untyped-def]
+def _analysis_rules() -> Iterator[RewriteOrRule]:
     x, a, b = var("x", TExpr), var("a", TExpr), var("b", TExpr)
     shape, starts, axes = var("shape", Vec[i64]), var("starts", Vec[i64]), var("axes", Vec[i64])
     dtype, name = var("dtype", String), var("name", String)
@@ -197,13 +202,20 @@ CONSTRUCTORS: dict[str, Callable[..., TExpr]] = {
 LEAVES, VIEWS, REDUCTIONS = {"Input", "Const", "Iota"}, {"Reshape", "Permute", "Expand", "Slice", "Pad"}, {"Sum", "Max"}
 COSTS: dict[str, int] = {name: LEAF_COST if name in LEAVES else VIEW_COST if name in VIEWS
                          else REDUCE_COST if name in REDUCTIONS else ELEMENTWISE_COST for name in CONSTRUCTORS}
+assert set(CONSTRUCTORS) == set(OPS), "every constructor is read back by eclasses.OPS, and only those"
 
 
 # graph -> e-graph --------------------------------------------------------------------------------
 
 def vec(values: tuple[int, ...] | list[int]) -> Vec[i64]:
     """A Vec[i64] literal (shapes, axes, offsets)."""
-    return Vec[i64](*(i64(int(v)) for v in values)) if values else Vec[i64].empty()
+    return _vec(tuple(int(v) for v in values))
+
+
+@functools.lru_cache(maxsize=4096)
+def _vec(values: tuple[int, ...]) -> Vec[i64]:
+    # cached: building an egglog expression costs ~50 us a call, and graphs repeat their shapes
+    return Vec[i64](*(i64(v) for v in values)) if values else Vec[i64].empty()
 
 
 def term_of(node: Node, srcs: list[TExpr]) -> TExpr:
@@ -239,18 +251,38 @@ def term_of(node: Node, srcs: list[TExpr]) -> TExpr:
 
 
 def to_egglog(graph: Graph) -> tuple[EGraph, dict[str, TExpr]]:
-    """A fresh e-graph holding `graph`, and one root term per output.
+    """A fresh e-graph holding `graph`, and one root term per output (each a let binding).
 
-    Every node is let-bound (`n0`, `n1`, ... in topological order) and each term refers to its sources by
-    their bindings, so shared subterms are sent once: egglog-python serialises a nested expression as a
-    tree, which is exponential on a DAG and deeply recursive on a chain.
+    A node's term is sent nested inside its users' terms, except where it is cut off into a let binding:
+    outputs; shared nodes whose term has grown past SHARED_TERM_LIMIT (egglog-python serialises a nested
+    term as a tree, exponential on a DAG); and every DEPTH_LIMIT levels (its serialisation is recursive).
+    Cuts are kept few because each let binding is a table of its own in egglog 13, and adding one costs
+    time in proportion to the tables already there (quadratic in the number of lets).
+    The shape and dtype of every cut are set here, so the `analysis` rules need at most DEPTH_LIMIT
+    iterations to reach every term, not one per level of the graph.
     """
     egraph = EGraph()
-    terms: dict[int, TExpr] = {}
-    for index, node in enumerate(graph.nodes()):
-        term = term_of(node, [terms[id(src)] for src in node.srcs])
-        terms[id(node)] = egraph.let(f"n{index}", term)
-    roots = {name: terms[id(node)] for name, node in graph.outputs.items()}
+    order = graph.nodes()
+    users = consumers(order)
+    outputs = {id(node) for node in graph.outputs.values()}
+    terms: dict[int, tuple[TExpr, int, int]] = {}  # id(node) -> (term, tree size, depth) as its users see it
+    facts: list[Action] = []
+    lets = 0
+    for node in order:
+        children = [terms[id(src)] for src in node.srcs]
+        term = term_of(node, [child[0] for child in children])
+        size = 1 + sum(child[1] for child in children)
+        depth = 1 + max((child[2] for child in children), default=0)
+        shared = len(users[id(node)]) > 1 and size > SHARED_TERM_LIMIT
+        if id(node) in outputs or shared or depth >= DEPTH_LIMIT:
+            term = egraph.let(f"n{lets}", term)
+            lets += 1
+            facts += [set_(shape_of(term)).to(vec(node.shape)), set_(dtype_of(term)).to(node.dtype.value)]
+            size, depth = 1, 0
+        terms[id(node)] = (term, size, depth)
+    if facts:
+        egraph.register(*facts)
+    roots = {name: terms[id(node)][0] for name, node in graph.outputs.items()}
     return egraph, roots
 
 

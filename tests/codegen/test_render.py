@@ -33,12 +33,20 @@ def test_header_names_graph_nodes_archetype_schedule_and_launch() -> None:
     assert MEASURED_PLACEHOLDER in header
 
 
-def test_softmax_is_one_kernel_that_reads_its_row_three_times_and_writes_once() -> None:
+def test_softmax_is_one_kernel_that_reads_its_row_once_into_registers() -> None:
     program = partition(CASES["norms"]())
     softmax = render_program(program)[0]
-    assert softmax.name == "norms_soft"
-    assert softmax.source.count("g_x[") == 3 and softmax.source.count("g_soft[") == 1
-    assert "row_reduce(" in softmax.source
+    assert softmax.name == "norms_soft" and softmax.schedule["vec"] == 8
+    assert softmax.source.count("load_vec<8>(g_x + ") == 1 and "g_x[" not in softmax.source
+    assert softmax.source.count("store_vec<8>(g_soft + ") == 1 and "g_soft[" not in softmax.source
+    assert softmax.source.count("row_reduce(acc") == 2          # max, then sum, before the epilogue
+
+
+def test_rows_that_do_not_divide_a_vector_use_strided_loops() -> None:
+    program = partition(CASES["many_short_rows"]())        # 45 columns: no vector width divides them
+    (kernel,) = render_program(program)
+    assert kernel.schedule["vec"] == 1 and "load_vec<" not in kernel.source.split("extern")[1]
+    assert kernel.source.count("g_x[") == 4      # two maxes (softmax's and the explicit one), a sum, the epilogue
 
 
 def test_views_fold_into_index_arithmetic_without_temporaries() -> None:
@@ -49,5 +57,7 @@ def test_views_fold_into_index_arithmetic_without_temporaries() -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_default_schedules_lie_in_the_declared_space(case: str) -> None:
-    for kernel in partition(CASES[case]()).kernels:
-        assert is_valid(kernel.archetype, default_schedule(kernel))
+    program = partition(CASES[case]())
+    shapes = {name: buf.shape for name, buf in program.buffers.items()}
+    for kernel in program.kernels:
+        assert is_valid(kernel.archetype, default_schedule(kernel, shapes))

@@ -13,8 +13,8 @@ from tensorsmith.ir import primitives as P
 from tensorsmith.ir.ops import Op
 from tensorsmith.rewrites import CLAIMS, RULES, Claim, Rule, Verdict, check, saturate
 from tensorsmith.rewrites.eclasses import EClasses, build_graph, cheapest, encode_value, read_eclasses
-from tensorsmith.rewrites.proofs import (FIN, MAX_FINITE, Scalar, consistent, exp2, log2, permute_source, recip, reshape_source,
-                                         sqrt)
+from tensorsmith.rewrites.proofs import (FIN, MAX_FINITE, Scalar, consistent, exp2, log2, permute_source, recip,
+                                         reshape_source, sqrt)
 from tensorsmith.rewrites.term import Const, Mul, TExpr, constructor_cost
 
 SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e38, 65504.0])

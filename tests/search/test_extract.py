@@ -1,6 +1,8 @@
 """Extraction picks the cheapest equivalent program; saturation reports its work and keeps to its limits."""
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 from graph_cases import CASES
@@ -114,3 +116,14 @@ def test_a_deep_shared_chain_saturates_and_extracts() -> None:
     best = extract(saturate(g))
     assert len(best.nodes()) == len(g.nodes())
     assert_evaluates_alike(g, best)
+
+
+def test_a_rule_with_more_matches_than_the_match_limit_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler restarts at every egglog call: a fixed limit below the match count bans a rule for good."""
+    saturate_module = importlib.import_module("tensorsmith.rewrites.saturate")  # the package re-exports the function
+    graph = wide_sum(40)   # 39 additions, so add_comm has 39 matches
+    start = saturate(graph, iterations=4).report.stages[0].enodes
+    banned = saturate(graph, iterations=4, match_limit=10)
+    assert banned.report.enodes == start
+    monkeypatch.setattr(saturate_module, "MIN_MATCH_LIMIT", 10)
+    assert saturate(graph, iterations=4).report.enodes > start
