@@ -106,7 +106,8 @@ def run_compile(args: argparse.Namespace) -> int:
         if args.verbose:
             stages = program.report.get("stage_seconds", {})
             print("stages: " + ", ".join(f"{name} {seconds:.2f}s" for name, seconds in stages.items()))
-        print(f"wrote {folder}/ ({len(program.kernels)} kernels; open {folder / 'report.html'} for the report)")
+        count = len(program.kernels)
+        print(f"wrote {folder}/ ({count} kernel{'s' if count != 1 else ''}; open {folder / 'report.html'} for the report)")
     return 0
 
 
@@ -183,7 +184,8 @@ def format_table(doc: dict) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     report = doc.get("report", {})
-    title = f"{doc['graph']} for {doc['target']}: {len(doc['kernels'])} kernel(s)"
+    count = len(doc["kernels"])
+    title = f"{doc['graph']} for {doc['target']}: {count} kernel{'s' if count != 1 else ''}"
     if report.get("total_ms") is not None:
         title += f", {us(report['total_ms'])} measured"
     else:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -130,3 +131,25 @@ def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     for option in ("--target", "--graph", "--budget", "--seed", "--no-profile", "--debug", "-o"):
         assert option in text
+
+
+def test_an_nvrtc_failure_is_reported_with_the_source_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    from tensorsmith import pipeline
+
+    render = pipeline.render_program
+
+    def broken(program, version=""):   # a compiler bug: codegen emits C that does not compile
+        return [dataclasses.replace(k, source=k.source.replace("const idx_t", "const idx_t idx_t"))
+                for k in render(program, version)]
+
+    monkeypatch.setattr(pipeline, "render_program", broken)
+    out = tmp_path / "out"
+    assert main(["compile", str(ROOT / "examples" / "softmax.py"), "-o", str(out), "--no-profile", "--no-cache"]) == 1
+    err = capsys.readouterr().err
+    assert "error: NVRTC failed to compile softmax_y.cu" in err and "Traceback" not in err
+    saved = re.search(r"source saved to (\S+\.cu)", err).group(1)
+    assert "const idx_t idx_t" in Path(saved).read_text()
+    assert not out.exists()
