@@ -18,6 +18,7 @@ from tensorsmith.ir.ops import Op, REDUCE, VIEWS
 
 from .emit import (COMPUTE_TYPE, Emitter, NotFusable, delinearize, is_inline_reduce, linear_index, reduce_combine,
                    reduce_init)
+from .matmul import matmul_body
 from .schedules import ARCHETYPES, default_schedule
 
 MEASURED_PLACEHOLDER = "measured: not yet (rendered before profiling)"
@@ -60,6 +61,8 @@ def render_kernel(program: KernelProgram, position: int, version: str = "") -> R
         body, extra = _pointwise_body(kernel, shapes, schedule)
     elif kernel.archetype == "row_reduce":
         body, extra = _row_reduce_body(kernel, shapes, schedule)
+    elif kernel.archetype == "matmul":
+        body, extra = "", matmul_body(kernel, shapes, schedule)
     else:
         raise ValueError(f"unknown archetype {kernel.archetype!r}; known: {', '.join(ARCHETYPES)}")
     context = _context(program, position, kernel, schedule, body, extra, version)

@@ -9,6 +9,7 @@ ARCHETYPES: dict[str, dict[str, tuple[int, ...]]] = {
     "pointwise": {"block": (128, 256, 512)},
     "row_reduce": {"row_threads": (32, 64, 128, 256, 512, 1024), "block": (32, 64, 128, 256, 512, 1024),
                    "vec": (1, 2, 4, 8)},
+    "matmul": {"bm": (64, 128), "bn": (64, 128), "bk": (32, 64), "warps_m": (2, 4), "warps_n": (2, 4)},
 }
 ELEMENTS_PER_THREAD = 8   # aim for this many elements of a row per thread in each strided loop
 
@@ -17,6 +18,11 @@ def default_schedule(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Sche
     """A sensible schedule before search tunes it: enough threads per row to keep ~8 elements each."""
     if kernel.archetype == "pointwise":
         return Schedule.of(block=256)
+    if kernel.archetype == "matmul":
+        (_, out), = kernel.outputs
+        tile_m = 128 if out.shape[-2] >= 128 else 64
+        tile_n = 128 if out.shape[-1] >= 128 else 64
+        return Schedule.of(bm=tile_m, bn=tile_n, bk=32, warps_m=2, warps_n=4)
     from .render import vector_width   # render imports this module
     vec = vector_width(kernel, shapes)
     longest = max((n.srcs[0].shape[n.arg] for n in kernel.body if n.op in REDUCE), default=1)
@@ -37,4 +43,7 @@ def is_valid(archetype: str, schedule: Schedule) -> bool:
     if archetype == "row_reduce":
         threads, block = params["row_threads"], params["block"]
         return block % threads == 0 and (threads == 32 or block == threads)
+    if archetype == "matmul":   # 8 warps whose warp tiles are whole 16x16 fragments
+        warps_m, warps_n = params["warps_m"], params["warps_n"]
+        return warps_m * warps_n == 8 and params["bm"] % (16 * warps_m) == 0 and params["bn"] % (16 * warps_n) == 0
     return True

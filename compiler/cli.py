@@ -152,8 +152,6 @@ def run_program(args: argparse.Namespace) -> int:
 
     from .program import load
     program = load(args.folder)
-    if program.graph is None and (args.check or not args.inputs):
-        raise TensorsmithError(f"{args.folder} has no graph.json, so it cannot be checked or given random inputs")
     if args.inputs:
         with np.load(args.inputs) as data:
             inputs = {name: data[name] for name in data.files}

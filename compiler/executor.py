@@ -9,6 +9,7 @@ import numpy as np
 
 from tensorsmith.codegen import runtime
 from tensorsmith.ir.dtypes import DType, bfloat16_to_float, float_to_bfloat16, numpy_dtype
+from tensorsmith.ir.errors import InputError
 
 POISON_BYTE = 0xFF   # NaN in every float dtype: an element the kernels never write cannot pass a check
 
@@ -84,3 +85,67 @@ def profile_on_gpu(program: "Program", arrays: dict[str, np.ndarray],  # noqa: F
                       for p in range(len(program.kernels))]
         total = median(runtime.time_kernel(session.run_all, warmup, repeat))
         return outputs, per_kernel, total
+
+
+# zero-copy: the caller's GPU arrays in, outputs allocated in the caller's framework -------------------
+
+_TORCH_DTYPES = {"float32": DType.FLOAT32, "float16": DType.FLOAT16, "bfloat16": DType.BFLOAT16,
+                 "int32": DType.INT32, "bool": DType.BOOL}
+
+
+def is_device_array(value: object) -> bool:
+    """A torch tensor on a GPU, or anything with `__cuda_array_interface__` (cupy, numba)."""
+    if type(value).__module__.startswith("torch"):
+        return bool(value.is_cuda)
+    return hasattr(value, "__cuda_array_interface__")
+
+
+def _describe(value: object) -> tuple[int, tuple[int, ...], DType | None, bool]:
+    """(pointer, shape, dtype, contiguous) of a GPU array, read without copying it."""
+    if type(value).__module__.startswith("torch"):
+        dtype = _TORCH_DTYPES.get(str(value.dtype).removeprefix("torch."))
+        return value.data_ptr(), tuple(value.shape), dtype, value.is_contiguous()
+    cai = value.__cuda_array_interface__
+    np_dtype = np.dtype(cai["typestr"])
+    dtype = _TORCH_DTYPES.get(str(np_dtype))
+    itemsize, shape = np_dtype.itemsize, tuple(cai["shape"])
+    expected = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * itemsize for i in range(len(shape)))
+    contiguous = cai.get("strides") in (None, expected)
+    return cai["data"][0], shape, dtype, contiguous
+
+
+def _allocate_like(example: object, shape: tuple[int, ...], dtype: DType) -> object:
+    """An uninitialised output in the framework (and on the device) of `example`."""
+    if type(example).__module__.startswith("torch"):
+        import torch
+        return torch.empty(shape, dtype=getattr(torch, dtype.value), device=example.device)
+    import cupy
+    if dtype == DType.BFLOAT16:
+        raise InputError("cupy has no bfloat16: pass torch tensors or numpy arrays for this program")
+    return cupy.empty(shape, dtype=numpy_dtype(dtype))
+
+
+def run_on_device_arrays(program: "Program", inputs: dict[str, object]) -> dict[str, object]:  # noqa: F821
+    """Launch the kernels on the caller's GPU arrays; outputs come back in the caller's framework, uncopied."""
+    pointers: dict[str, int] = {}
+    for name in program.inputs:
+        ptr, shape, dtype, contiguous = _describe(inputs[name])
+        buf = program.buffers[name]
+        if shape != buf.shape or dtype != buf.dtype or not contiguous:
+            raise InputError(f"input {name!r}: expected a contiguous {buf.dtype} array of shape {buf.shape}, got "
+                             f"{dtype or 'an unsupported dtype'} of shape {shape}{'' if contiguous else ' (strided)'}")
+        pointers[name] = ptr
+    example = inputs[program.inputs[0]]
+    outputs = {name: _allocate_like(example, program.buffers[name].shape, program.buffers[name].dtype)
+               for name in program.outputs}
+    pointers.update({name: _describe(array)[0] for name, array in outputs.items()})
+    with ExitStack() as stack:
+        for name, buf in program.buffers.items():
+            if name not in pointers:
+                pointers[name] = stack.enter_context(runtime.DeviceBuffer(max(buf.nbytes, 1))).ptr
+        runtime.synchronize()     # the caller's framework may still be writing the inputs
+        for kernel, module in ((k, runtime.Module(k.cubin)) for k in program.kernels):
+            args = [np.uint64(pointers[p]) for p in kernel.params]
+            runtime.launch(module.function(kernel.name), kernel.grid, kernel.block, args)
+        runtime.synchronize()
+    return outputs

@@ -172,7 +172,7 @@ def to_program(c: Compilation) -> Program:
                                       rendered.schedule.as_dict(), source, cubin, rendered.grid, rendered.block,
                                       rendered.params, rendered.writes, measured, predicted))
     return Program(c.graph.name, c.target.name, dict(program.buffers), program.inputs, tuple(program.outputs),
-                   kernels, c.options.seed, VERSION, c.graph, program, _report(c))
+                   kernels, c.graph, program, c.options.seed, VERSION, _report(c))
 
 
 def _report(c: Compilation) -> dict[str, Any]:

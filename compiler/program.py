@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -52,43 +52,37 @@ class Program:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     kernels: list[CompiledKernel]
+    graph: Graph                     # kept so the program can be checked against the reference anywhere
+    kernel_program: KernelProgram    # kept so the program runs in numpy where there is no GPU
     seed: int = 0
     compiler_version: str = ""
-    graph: Graph | None = None
-    kernel_program: KernelProgram | None = None
     report: dict[str, Any] = field(default_factory=dict)
 
-    def __call__(self, device: str | None = None, **inputs: object) -> dict[str, np.ndarray]:
-        """Run on `device` ("cuda" or "cpu"; default: the GPU where there is one, else the CPU)."""
+    def __call__(self, device: str | None = None, **inputs: object) -> dict[str, Any]:
+        """Run on `device` ("cuda" or "cpu"; default: the GPU where there is one, else the CPU).
+
+        numpy arrays in give numpy arrays out. Given torch tensors or cupy arrays that are already on the
+        GPU, the kernels read them where they are and the outputs come back in the same framework.
+        """
         from tensorsmith.codegen.runtime import gpu_available
+
+        from .executor import is_device_array, run_on_device_arrays
+        on_device = [name for name, value in inputs.items() if is_device_array(value)]
+        if on_device and device != "cpu":
+            if set(inputs) != set(self.inputs) or len(on_device) != len(inputs):
+                raise InputError(f"program {self.name!r} takes inputs {list(self.inputs)}, all on the GPU or all"
+                                 f" on the host; got {list(inputs)} with {on_device} on the GPU")
+            return run_on_device_arrays(self, dict(inputs))
         device = device or ("cuda" if gpu_available() else "cpu")
-        arrays = self._check_inputs(inputs)
+        arrays = {name: np.asarray(value, dtype=_host(self.buffers[name].dtype))
+                  for name, value in check_inputs(self.graph, inputs).items()}
         if device == "cpu":
-            if self.kernel_program is None:
-                raise TensorsmithError(f"program {self.name!r} was loaded from disk; it runs on the GPU only")
             return {k: np.asarray(v, dtype=_host(self.buffers[k].dtype)) for k, v in
                     self.kernel_program.execute(arrays).items()}
         if device != "cuda":
             raise InputError(f"unknown device {device!r}; use 'cuda' or 'cpu'")
         from .executor import run_on_gpu
         return run_on_gpu(self, arrays)
-
-    def _check_inputs(self, inputs: Mapping[str, object]) -> dict[str, np.ndarray]:
-        if self.graph is not None:
-            checked = check_inputs(self.graph, inputs)
-            return {name: np.asarray(value, dtype=_host(self.buffers[name].dtype)) for name, value in checked.items()}
-        missing = [n for n in self.inputs if n not in inputs]
-        extra = [n for n in inputs if n not in self.inputs]
-        if missing or extra:
-            raise InputError(f"program {self.name!r} takes inputs {list(self.inputs)}; missing {missing},"
-                             f" unexpected {extra}")
-        arrays = {}
-        for name in self.inputs:
-            value, buf = np.asarray(_numpy(inputs[name])), self.buffers[name]
-            if value.shape != buf.shape:
-                raise InputError(f"input {name!r}: expected shape {buf.shape}, got {value.shape}")
-            arrays[name] = value
-        return arrays
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write kernels/NN_name.cu and cubins, program.json, graph.json and report.html into `path`, atomically."""
@@ -115,9 +109,8 @@ class Program:
             files[f"kernels/{kernel.file_stem}.cu"] = kernel.source.encode()
             files[f"kernels/{kernel.file_stem}.cubin"] = kernel.cubin
         files["program.json"] = (json.dumps(self.describe(), indent=2) + "\n").encode()
-        if self.graph is not None and self.kernel_program is not None:
-            doc = {"graph": graph_to_data(self.graph), "kernel_program": kernel_program_to_data(self.kernel_program)}
-            files["graph.json"] = json.dumps(doc).encode()
+        doc = {"graph": graph_to_data(self.graph), "kernel_program": kernel_program_to_data(self.kernel_program)}
+        files["graph.json"] = json.dumps(doc).encode()
         files["report.html"] = render_report(self).encode()
         return files
 
@@ -142,7 +135,7 @@ class Program:
 
 
 def load(path: str | os.PathLike) -> Program:
-    """A Program saved by `Program.save`; with its graph.json it also runs on the CPU and can be checked."""
+    """A Program saved by `Program.save`: it runs on the GPU or the CPU and can be checked against the reference."""
     folder = Path(path)
     try:
         doc = json.loads((folder / "program.json").read_text())
@@ -156,16 +149,14 @@ def load(path: str | os.PathLike) -> Program:
                                   k["measured_ms"],
                                   k.get("predicted_ms"))
                    for k in doc["kernels"]]
-        graph = kernel_program = None
-        if (folder / "graph.json").exists():
-            extra = json.loads((folder / "graph.json").read_text())
-            graph = graph_from_data(extra["graph"])
-            kernel_program = kernel_program_from_data(extra["kernel_program"])
+        extra = json.loads((folder / "graph.json").read_text())
+        graph = graph_from_data(extra["graph"])
+        kernel_program = kernel_program_from_data(extra["kernel_program"])
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise TensorsmithError(f"{folder} is not a saved tensorsmith program: {err}") from None
     return Program(doc["graph"], doc["target"], buffers, tuple(t["name"] for t in doc["inputs"]),
-                   tuple(t["name"] for t in doc["outputs"]), kernels, doc["seed"], doc["compiler_version"],
-                   graph, kernel_program, doc.get("report", {}))
+                   tuple(t["name"] for t in doc["outputs"]), kernels, graph, kernel_program, doc["seed"],
+                   doc["compiler_version"], doc.get("report", {}))
 
 
 def _replace_dir(staging: Path, target: Path) -> None:
@@ -178,12 +169,6 @@ def _replace_dir(staging: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         staging.rename(target)
-
-
-def _numpy(value: object) -> object:
-    if type(value).__module__.startswith("torch"):
-        return value.detach().cpu().float().numpy() if value.is_floating_point() else value.detach().cpu().numpy()
-    return value.get() if type(value).__module__.startswith("cupy") else value
 
 
 def _host(dtype: DType) -> type:

@@ -14,6 +14,7 @@ from .errors import InputError
 from .graph import Graph
 from .node import Node, toposort
 from .ops import Op
+from .patterns import MatmulMatch, match_matmul
 
 
 def _host_dtype(dtype: DType) -> type:
@@ -71,15 +72,44 @@ SEMANTICS: dict[Op, Callable[..., np.ndarray]] = {
 
 
 def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
-    """Values of every node reachable from `roots`, keyed by id(node); INPUT nodes read `leaves[name]`."""
+    """Values of every node needed for `roots`, keyed by id(node); INPUT nodes read `leaves[name]`.
+
+    A matrix product written as sum(expand(a) * expand(b)) is evaluated with np.matmul rather than by
+    materialising its (..., M, K, N) product: the same float64 value, without the M*K*N memory.
+    """
+    roots = list(roots)
+    order = toposort(roots)
+    matmuls = {id(n): m for n in order if (m := match_matmul(n)) is not None}
+    needed = _needed(roots, matmuls)
     values: dict[int, np.ndarray] = {}
     with np.errstate(all="ignore"):
-        for node in toposort(roots):
+        for node in order:
+            if id(node) not in needed:
+                continue
             if node.op == Op.INPUT:
                 values[id(node)] = leaves[node.arg]
+            elif id(node) in matmuls:
+                match = matmuls[id(node)]
+                lhs = values[id(match.lhs.srcs[0])][..., 0]            # (..., M, K)
+                rhs = values[id(match.rhs.srcs[0])][..., 0, :, :]      # (..., K, N)
+                values[id(node)] = np.matmul(lhs, rhs).astype(_host_dtype(node.dtype))
             else:
                 values[id(node)] = SEMANTICS[node.op](node, *(values[id(s)] for s in node.srcs))
     return values
+
+
+def _needed(roots: list[Node], matmuls: dict[int, MatmulMatch]) -> set[int]:
+    """Ids of the nodes to compute: a fused matmul needs its operands' sources, not its product."""
+    wanted: set[int] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if id(node) in wanted:
+            continue
+        wanted.add(id(node))
+        match = matmuls.get(id(node))
+        stack += [match.lhs.srcs[0], match.rhs.srcs[0]] if match else list(node.srcs)
+    return wanted
 
 
 def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.ndarray]:

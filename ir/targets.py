@@ -18,12 +18,25 @@ class Target:
     l2_bytes: int
     hbm_bytes_per_s: float
     fp32_flops: float
+    # Occupancy limits (CUDA programming guide, compute capability table) and latencies for the cost model.
+    max_threads_per_block: int = 1024
+    max_threads_per_sm: int = 2048
+    max_blocks_per_sm: int = 32
+    registers_per_sm: int = 65536
+    max_registers_per_thread: int = 255
+    shared_bytes_per_sm: int = 228 * 1024
+    l2_bytes_per_s: float = 10e12       # re-reads that hit L1/L2; an estimate from published microbenchmarks
+    dram_latency_s: float = 600e-9      # a global load that misses the caches (estimate)
+    cache_latency_s: float = 200e-9     # a load that hits L2 (estimate)
+    tensor_flops: float = 790e12        # fp16/bf16 matmul on tensor cores (measured ~790 TFLOP/s bf16, H200)
+    launch_s: float = 3e-6              # one launch and its gap on the stream (measured ~4 us with events, H200)
 
 
 TARGETS: dict[str, Target] = {
     # H200 figures measured on this project's lent H200 (device copy 4.3 TB/s); FP32 from the datasheet.
     "sm90": Target("sm90", "sm_90", "NVIDIA Hopper (H100, H200)", 132, 227 * 1024, 60 * 2**20, 4.3e12, 67e12),
-    "sm80": Target("sm80", "sm_80", "NVIDIA Ampere (A100)", 108, 163 * 1024, 40 * 2**20, 1.9e12, 19.5e12),
+    "sm80": Target("sm80", "sm_80", "NVIDIA Ampere (A100)", 108, 163 * 1024, 40 * 2**20, 1.9e12, 19.5e12,
+                   shared_bytes_per_sm=164 * 1024, l2_bytes_per_s=5e12, tensor_flops=312e12),
 }
 
 

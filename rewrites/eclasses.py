@@ -4,6 +4,11 @@ egglog's own extraction is not used to leave the e-graph: its tree costs saturat
 much sharing (every choice then ties), and egglog-python turns the extracted term into a Python expression
 recursively (about four frames per level, so a 2000-op chain overflows the default recursion limit). The
 tables come from the e-graph's frozen rows and are walked without recursion.
+
+A chosen term that the checked primitives refuse (a shape that does not fit) raises `ExtractionError`, naming
+the e-class, its e-node, the shapes of its children and the shape the analysis derived. There is no fallback
+to the input graph: an e-graph that holds an ill-shaped term means an unsound rule or a wrong analysis, and a
+silent fallback would hide it (and make compiled programs depend on which bug happened to fire).
 """
 from __future__ import annotations
 
@@ -15,11 +20,20 @@ from typing import Any, Callable, Mapping
 from egglog import EGraph, get_let_name
 
 from tensorsmith.ir import primitives as P
+from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 
 TERM_SORT = "TExpr"
+# higher-level constructors that later stages match on; they have no Node of their own (extraction gives
+# them infinite cost, and building one raises ExtractionError)
+PATTERN_OPS = frozenset({"MatMul", "OnlineSoftmax"})
+
+
+class ExtractionError(TensorsmithError, ValueError):
+    """A chosen e-node could not become a Node: a bug in a rule or in the term language, never the user's."""
+
 ANALYSES = ("shape_of", "dtype_of")
 OPS: dict[str, Op] = {
     "Input": Op.INPUT, "Const": Op.CONSTANT, "Iota": Op.IOTA, "Exp2": Op.EXP2, "Log2": Op.LOG2, "Sin": Op.SIN,
@@ -92,7 +106,7 @@ def read_eclasses(egraph: EGraph, roots: Mapping[str, object]) -> EClasses:
         if name in ANALYSES:
             decode = _decoder(egraph, fn.output_sort)
             analyses[name].update((class_id(row.inputs[0]), decode(row.output)) for row in fn.rows)
-        if name not in OPS:
+        if name not in OPS and name not in PATTERN_OPS:
             continue
         kinds = [None if sort == TERM_SORT else _decoder(egraph, sort) for sort in fn.input_sorts]
         for row in fn.rows:
@@ -196,7 +210,7 @@ def build_graph(classes: EClasses, choice: Mapping[int, ENode], graph: Graph) ->
                 raise ValueError(f"no e-node chosen for e-class {c} (output {name!r})")
             enode = choice[c]
             if expanded:
-                built[c] = node_of(enode, [built[child] for child in enode.children], graph)
+                built[c] = _build_node(classes, c, enode, [built[child] for child in enode.children], graph)
                 on_path.discard(c)
                 continue
             if c in on_path:
@@ -206,3 +220,19 @@ def build_graph(classes: EClasses, choice: Mapping[int, ENode], graph: Graph) ->
             stack.extend((child, False) for child in reversed(enode.children) if child not in built)
         out.outputs[name] = built[root]
     return out
+
+
+def _build_node(classes: EClasses, c: int, enode: ENode, srcs: list[Node], graph: Graph) -> Node:
+    """node_of, with a refusal turned into an ExtractionError that says where in the e-graph it came from."""
+    if enode.op in PATTERN_OPS:
+        raise ExtractionError(f"e-class {c}: {enode.op} is a pattern node with no primitive form; extraction "
+                              "must give it infinite cost")
+    try:
+        return node_of(enode, srcs, graph)
+    except TensorsmithError as error:
+        children = ", ".join(f"e-class {child} {src.op} {src.shape} {src.dtype.value}"
+                             for child, src in zip(enode.children, srcs))
+        raise ExtractionError(
+            f"e-class {c} (analysis: shape {classes.shapes.get(c)}, dtype {classes.dtypes.get(c)}): the chosen "
+            f"{enode.op}{enode.lits} of [{children}] is not a valid node: {error}. The e-graph holds an ill-formed "
+            "term (a rule or the shape analysis is wrong); not falling back to the input graph") from error

@@ -12,6 +12,24 @@ three kinds (`sorts`):
   (so -0.0 and 0.0 are the same, as in numpy's allclose).
 - "int" and "bool": Z3 integers and booleans (index arithmetic for views, int32 and bool elements).
 
+Two proof models, and the policy for choosing between them (each rule states its model, `Rule.model`):
+
+- "ieee" (sorts "scalar"): the strict model above. A rule proved here holds on every float value, specials
+  included, up to rounding of finite results. Identities, commutativity, view and cast rules, constant folding,
+  and the max laws whose operations are monotone live here: they must not change a nan, an inf or a signed zero.
+- "real" (sorts "real"): plain real arithmetic (`z3.Real`), with division by zero stated away in `assuming`
+  and exp2, log2, sin, sqrt uninterpreted with the axioms in `REAL_AXIOMS` (exp2(a + b) = exp2(a) * exp2(b),
+  exp2 > 0). The algebraic rules whose only deviation from the real numbers is floating-point rounding, or
+  overflow of an intermediate, live here: associativity, distributivity, factoring a constant out of a sum,
+  recip(a) * recip(b) = recip(a * b), the exp2 law, online softmax. The strict model refutes them (for
+  example (a + b) + c overflows where a + (b + c) does not), so they are proved "as real arithmetic where
+  exact, with the conditions made explicit", and their numeric check runs on finite random inputs with a
+  tolerance instead of bit-level agreement on special values (tests/rewrites/test_soundness.py).
+  A rule that changes results on special values beyond rounding and overflow does not ship in either model.
+
+Reductions are proved over a small concrete length with uninterpreted elements (`elements`), which is what
+the rule does to any one output element.
+
 View rules are claims over indices: lhs and rhs map an output index to the index of the source element it
 reads, and the claim is that they agree wherever the output index is in bounds (see `reshape_source`...).
 """
@@ -32,6 +50,11 @@ LOG2 = z3.Function("log2", z3.RealSort(), z3.RealSort())
 SIN = z3.Function("sin", z3.RealSort(), z3.RealSort())
 SQRT = z3.Function("sqrt", z3.RealSort(), z3.RealSort())
 DEFAULT_TIMEOUT_MS = 5000
+
+# the "real" model: the axioms its uninterpreted functions obey (quantified; Z3 instantiates them by matching)
+_U, _V = z3.Reals("u v")
+REAL_AXIOMS = (z3.ForAll([_U, _V], EXP2(_U + _V) == EXP2(_U) * EXP2(_V), patterns=[EXP2(_U + _V)]),
+               z3.ForAll([_U], EXP2(_U) > 0, patterns=[EXP2(_U)]))
 
 
 @dataclass(frozen=True)
@@ -172,6 +195,24 @@ def sin(a: Scalar) -> Scalar:
     return _pick(a.kind == FIN, result, _special(NAN, False))
 
 
+def maximum(a: Scalar, b: Scalar) -> Scalar:
+    """numpy's max of two elements: nan if either is nan, else the larger (-inf < finite < inf)."""
+    nan = z3.Or(a.kind == NAN, b.kind == NAN)
+    a_wins = z3.Or(a.kind == POS_INF, b.kind == NEG_INF,
+                   z3.And(a.kind == FIN, b.kind == FIN, a.value >= b.value))
+    return _pick(nan, _special(NAN, False), _pick(a_wins, a, b))
+
+
+def real_max(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
+    """max of two reals (the "real" model)."""
+    return z3.If(a >= b, a, b)
+
+
+def elements(name: str, n: int, sort: str = "real") -> list[Any]:
+    """n fresh elements of a reduction (reals, or "scalar" extended reals), for claims over a concrete length."""
+    return [z3.Real(f"{name}{k}") if sort == "real" else Scalar.var(f"{name}{k}") for k in range(n)]
+
+
 # views as index maps -----------------------------------------------------------------------------
 
 Index = Sequence[Any]  # Z3 integer expressions, or ints
@@ -230,6 +271,12 @@ class Claim:
     assuming: Callable[..., Any] | None = None
     sorts: tuple[str, ...] | None = None   # default: every variable a "scalar"
     note: str = ""
+    real: bool = False   # proved in the "real" model (set it for claims without variables)
+
+    @property
+    def model(self) -> str:
+        """"real" when proved in real arithmetic (a "real" variable or `real=True`), else "ieee"."""
+        return "real" if self.real or (self.sorts is not None and "real" in self.sorts) else "ieee"
 
     def variables(self) -> tuple[Any, ...]:
         """Fresh Z3 variables, one per parameter of lhs."""
@@ -273,6 +320,8 @@ def _solver(claim: Claim, timeout_ms: int) -> tuple[z3.Solver, Any, Any]:
     solver.add(MAX_FINITE > 1)
     solver.add(*[v.well_formed() for v in variables if isinstance(v, Scalar)])
     solver.add(*_facts(lhs), *_facts(rhs))
+    if claim.model == "real":
+        solver.add(*REAL_AXIOMS)
     if claim.assuming is not None:
         solver.add(claim.assuming(*variables))
     return solver, lhs, rhs

@@ -24,7 +24,7 @@ from tensorsmith.ir.ops import Op
 
 from .eclasses import encode_value
 from .proofs import Claim, Scalar, expand_source, in_bounds, permute_source, reshape_source
-from .term import Add, Const, Cast, Expand, Mul, Permute, Reshape, TExpr, dtype_of, gather, shape_of
+from .term import MAX_RANK, Add, Cast, Const, Expand, Mul, Permute, Reshape, TExpr, dtype_of, gather, shape_of
 
 ONE, ZERO = encode_value(1.0), encode_value(0.0)
 
@@ -35,9 +35,14 @@ class Rule:
 
     name: str
     doc: str
-    rewrite: RewriteOrRule
+    rewrite: RewriteOrRule | tuple[RewriteOrRule, ...]
     claims: tuple[Claim, ...]
     example: Callable[[], Graph]
+
+    @property
+    def rewrites(self) -> tuple[RewriteOrRule, ...]:
+        """Its egglog rewrites (rank-specialised rules have one per rank)."""
+        return self.rewrite if isinstance(self.rewrite, tuple) else (self.rewrite,)
 
 
 # pattern variables
@@ -183,7 +188,8 @@ RULES: tuple[Rule, ...] = (
          tuple(_reshape_same(s) for s in [(), (5,), (2, 3), (2, 3, 4)]),
          lambda: _graph("reshape_same", lambda v: _raw(Op.RESHAPE, v, v.shape, v.shape))),
     Rule("permute_permute", "permute(permute(x, p), q) -> permute(x, [p[k] for k in q])",
-         rewrite(Permute(Permute(x, p), q)).to(Permute(x, gather(p, q))),
+         tuple(rewrite(Permute(Permute(x, p), q)).to(Permute(x, gather(p, q, rank)), q.length() == i64(rank))
+               for rank in range(MAX_RANK + 1)),
          tuple(_permute_permute(perm, outer) for perm in PERMUTATIONS for outer in PERMUTATIONS
                if len(perm) == len(outer)),
          lambda: _graph("permute_permute", lambda v: P.permute(P.permute(v, (1, 2, 0)), (1, 0, 2)), (2, 3, 4))),

@@ -91,7 +91,7 @@ class Saturated:
 @functools.cache
 def rule_set(rules: tuple[Rule, ...]) -> Ruleset:
     """One egglog ruleset of these rules (cached: a ruleset is declared once per set of rules)."""
-    return ruleset(*(rule.rewrite for rule in rules))
+    return ruleset(*(r for rule in rules for r in rule.rewrites))
 
 
 def _stage(egraph: EGraph, roots: dict[str, TExpr], iterations: int, seconds: float) -> StageReport:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import functools
 from typing import Callable, Iterator, Mapping
 
-from egglog import (Action, EGraph, Expr, RewriteOrRule, String, StringLike, UnstableFn, Vec, eq, function, i64,
-                    i64Like, rule, ruleset, set_, var)
+from egglog import (Action, EGraph, Expr, RewriteOrRule, String, StringLike, Vec, eq, function, i64, i64Like, rule,
+                    ruleset, set_, var)
 
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.graph import Graph
@@ -141,14 +141,21 @@ def shape_of(x: TExpr) -> Vec[i64]: ...
 def dtype_of(x: TExpr) -> String: ...
 
 
-@function(egg_fn="vec-get", builtin=True)
-def vec_get(xs: Vec[i64], index: i64Like) -> i64:
-    """egglog's `vec-get`, declared so that it can be partially applied (`Vec[i64].__getitem__` cannot)."""
+MAX_RANK = 6   # permutes of rank 0..MAX_RANK get a shape (analysis) and compose (rules.permute_permute)
 
 
-def gather(values: Vec[i64], indices: Vec[i64]) -> Vec[i64]:
-    """[values[i] for i in indices], as an egglog expression (for permuted shapes and composed permutations)."""
-    return indices.map(UnstableFn[i64, i64](vec_get, values))
+def gather(values: Vec[i64], indices: Vec[i64], rank: int) -> Vec[i64]:
+    """[values[indices[0]], ..., values[indices[rank - 1]]] as an egglog expression, for a rule whose
+    facts pin `indices.length()` to `rank`.
+
+    Written out element by element with constant positions: an earlier version mapped a partially applied
+    `vec-get` over `indices` (`Vec.map(UnstableFn[i64, i64](vec_get, values))`), and on Python 3.12 that
+    produced wrong vectors (a transpose's shape came out as (0, 1, 2, 2)). Nothing here needs functions as
+    values, so every rule that gathers is specialised to one rank (`MAX_RANK` of them).
+    """
+    if rank == 0:
+        return Vec[i64].empty()
+    return Vec[i64](*(values[indices[i64(k)]] for k in range(rank)))
 
 
 UNARY_FNS: dict[Op, Callable[[TExpr], TExpr]] = {Op.EXP2: Exp2, Op.LOG2: Log2, Op.SIN: Sin, Op.SQRT: Sqrt,
@@ -188,8 +195,10 @@ def _analysis_rules() -> Iterator[RewriteOrRule]:
     for window in (Slice, Pad):
         yield rule(eq(x).to(window(a, starts, shape)), dtype_of(a) == dtype).then(
             set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(dtype))
-    yield rule(eq(x).to(Permute(a, axes)), shape_of(a) == shape, dtype_of(a) == dtype).then(
-        set_(shape_of(x)).to(gather(shape, axes)), set_(dtype_of(x)).to(dtype))
+    for rank in range(MAX_RANK + 1):
+        yield rule(eq(x).to(Permute(a, axes)), shape_of(a) == shape, dtype_of(a) == dtype,
+                   axes.length() == i64(rank)).then(
+            set_(shape_of(x)).to(gather(shape, axes, rank)), set_(dtype_of(x)).to(dtype))
 
 
 analysis = ruleset(*_analysis_rules(), name="analysis")

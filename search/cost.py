@@ -1,23 +1,80 @@
-"""The analytical cost model: a roofline time per kernel from the bytes it moves and the FLOPs it does."""
+"""The analytical cost model: a time per kernel from what its schedule makes the GPU do.
+
+A kernel's work is counted the way the emitter renders it (`kernel_work`): every evaluation of every
+node in every loop, so that recomputation under fusion (a value expanded along an axis, a row re-read by
+each strided loop) costs what it costs on the device. Its time (`kernel_cost`) is then a roofline per wave:
+
+- blocks per SM from threads, registers and shared memory (occupancy);
+- waves = blocks / (SMs x blocks per SM), rounded up: a ragged last wave costs a wave whose SMs are partly idle;
+- each wave is bound by DRAM bytes (at the bandwidth that the bytes in flight per SM sustain, Little's law),
+  by bytes re-read from the caches, by FP32 work, and by a block's critical path (the dependent load
+  rounds of its row loops and the reductions between them);
+- plus one launch.
+
+The figures it uses are the target's (ir/targets.py); the per-op weights below are this model's own.
+"""
 from __future__ import annotations
 
-from tensorsmith.ir.kernel_program import Kernel, KernelProgram
-from tensorsmith.ir.ops import COMPUTE, Op
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
+from tensorsmith.codegen.matmul import matmul_body, tensor_core_match
+from tensorsmith.codegen.render import row_plan, vector_width
+from tensorsmith.codegen.schedules import default_schedule
+from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
+from tensorsmith.ir.node import Node
+from tensorsmith.ir.ops import COMPUTE, Op, REDUCE, UNARY, VIEWS
 from tensorsmith.ir.targets import Target
 
-LAUNCH_SECONDS = 3e-6          # one launch and its gap on the stream, measured ~4 us with events on the H200
-TRANSCENDENTAL_FLOPS = 8       # exp2/log2/sin/sqrt/recip cost several FP32 slots on the special-function unit
+LAUNCH_SECONDS = 3e-6          # kept for callers; the target's launch_s is what the model uses
+TRANSCENDENTAL_FLOPS = 8       # exp2/log2/sin/sqrt/recip run on the special-function unit at 1/8 the FMA rate
+WARP = 32
+BASE_REGISTERS = 32            # what a kernel needs before any row is cached in registers
+STRIDED_UNROLL = 4             # loads in flight per thread in a strided loop (the compiler unrolls ~4 deep)
+ALU_WARPS = 16                 # warps per SM that keep the FP32 pipes busy
+REDUCE_SYNC_S = 80e-9          # warp shuffles of one row reduction
+BLOCK_SYNC_S = 120e-9          # and, past one warp, the shared-memory exchange with two barriers
+VECTOR_BYTES = 16              # the widest load
+MMA_BYTES = 2                  # tensor-core operands are fp16 or bf16
+MMA_PAD = 8                    # the matmul template pads each shared tile row by 8 elements
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one kernel does, independent of how its threads are arranged (but for register caching)."""
+
+    flops: float
+    loads: tuple[tuple[str, float], ...]   # buffer -> element loads, every loop counted
+    passes: int                            # loops over a row one after another (1 for pointwise)
+    preloaded: int                         # buffers a vec > 1 row kernel caches in registers
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    """The model's account of one kernel under one schedule."""
+
+    seconds: float
+    dram_bytes: float
+    cache_bytes: float
+    flops: float
+    blocks: int
+    blocks_per_sm: int
+    waves: int
+    occupancy: float          # resident warps / the SM's maximum, in a full wave
+    critical_path_s: float
+    bound: str                # what bounds a full wave: "dram", "cache", "compute" or "latency"
+
+
+def schedule_of(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Schedule:
+    """The kernel's schedule, or codegen's default where search has not chosen one."""
+    return kernel.schedule if kernel.schedule.params else default_schedule(kernel, shapes)
 
 
 def kernel_flops(kernel: Kernel) -> float:
-    """Floating-point work of one kernel: each compute node once per element it produces or reduces."""
-    flops = 0.0
-    for node in kernel.body:
-        if node.op not in COMPUTE:
-            continue
-        elements = node.srcs[0].size if node.op in (Op.SUM, Op.MAX) else node.size
-        flops += elements * (TRANSCENDENTAL_FLOPS if node.op in (Op.EXP2, Op.LOG2, Op.SIN, Op.SQRT, Op.RECIP) else 1)
-    return flops
+    """FP32 work of one kernel as rendered (recomputation included), transcendentals weighted."""
+    return kernel_work(kernel, 1).flops
 
 
 def kernel_bytes(kernel: Kernel, program: KernelProgram) -> float:
@@ -26,10 +83,246 @@ def kernel_bytes(kernel: Kernel, program: KernelProgram) -> float:
 
 
 def kernel_seconds(kernel: Kernel, program: KernelProgram, target: Target) -> float:
-    """max(bytes / bandwidth, FLOPs / FP32 rate) plus a launch."""
-    return max(kernel_bytes(kernel, program) / target.hbm_bytes_per_s,
-               kernel_flops(kernel) / target.fp32_flops) + LAUNCH_SECONDS
+    """The model's time for one kernel (inf if its archetype cannot take it)."""
+    return kernel_cost(kernel, program, target).seconds
 
 
 def program_seconds(program: KernelProgram, target: Target) -> float:
+    """Kernels run one after another on one stream, so their times add."""
     return sum(kernel_seconds(kernel, program, target) for kernel in program.kernels)
+
+
+def kernel_cost(kernel: Kernel, program: KernelProgram, target: Target) -> KernelCost:
+    """Occupancy, waves and the roofline of each wave for `kernel` under its schedule."""
+    shapes = {name: buf.shape for name, buf in program.buffers.items()}
+    try:
+        schedule = schedule_of(kernel, shapes)
+        geometry = launch_geometry(kernel, shapes, schedule)
+    except NotFusable:
+        return KernelCost(math.inf, 0.0, 0.0, 0.0, 0, 0, 0, 0.0, math.inf, "illegal")
+    vec = schedule.as_dict().get("vec", 1)
+    work = kernel_work(kernel, vec)
+    dram = kernel_bytes(kernel, program)
+    loaded = sum(count * program.buffers[name].dtype.itemsize for name, count in work.loads)
+    cache = max(0.0, loaded - sum(program.buffers[name].nbytes for name in kernel.reads))
+    if kernel.archetype == "matmul":
+        work, cache = _matmul_work(kernel, shapes, schedule, program)
+    blocks, threads = geometry.blocks, geometry.threads
+    registers = registers_per_thread(kernel, schedule, shapes, work)
+    per_sm = blocks_per_sm(target, threads, registers, geometry.shared_bytes)
+    if per_sm == 0:
+        return KernelCost(math.inf, dram, cache, work.flops, blocks, 0, 0, 0.0, math.inf, "illegal")
+    slots = target.sm_count * per_sm
+    waves = -(-blocks // slots)
+    warps = -(-threads // WARP)
+    in_flight_per_warp = WARP * geometry.access_bytes * geometry.loads_in_flight
+    critical = critical_path(kernel, geometry, work, target)
+
+    def wave(blocks_in_wave: int) -> tuple[float, str]:
+        busy = min(target.sm_count, blocks_in_wave)
+        resident = -(-blocks_in_wave // busy)
+        share = blocks_in_wave / blocks / busy          # this wave's share of the kernel, per busy SM
+        sm_bandwidth = min(target.hbm_bytes_per_s / target.sm_count,
+                           resident * warps * in_flight_per_warp / target.dram_latency_s)
+        rate = target.tensor_flops if kernel.archetype == "matmul" else target.fp32_flops
+        alu = rate / target.sm_count * min(1.0, resident * warps / ALU_WARPS)
+        times = {"dram": dram * share / sm_bandwidth,
+                 "cache": cache * share / (target.l2_bytes_per_s / target.sm_count),
+                 "compute": work.flops * share / alu,
+                 "latency": critical}
+        bound = max(times, key=times.__getitem__)
+        return times[bound], bound
+
+    full_time, bound = wave(min(blocks, slots))
+    tail_blocks = blocks - (waves - 1) * slots
+    seconds = (waves - 1) * full_time + wave(tail_blocks)[0] + target.launch_s
+    occupancy = min(blocks, slots) / target.sm_count * warps / (target.max_threads_per_sm // WARP)
+    return KernelCost(seconds, dram, cache, work.flops, blocks, per_sm, waves, min(1.0, occupancy), critical, bound)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How a schedule lays a kernel out: blocks, threads, shared memory, and its loads."""
+
+    blocks: int
+    threads: int
+    shared_bytes: int
+    access_bytes: int         # bytes per thread per load
+    loads_in_flight: int      # independent loads a thread has outstanding
+    row_iterations: int       # strided-loop trips per thread per pass (1 for pointwise)
+
+
+def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: Schedule) -> Geometry:
+    """The grid that codegen launches for `kernel` under `schedule` (raises NotFusable as codegen would)."""
+    params = schedule.as_dict()
+    itemsize = max((n.dtype.itemsize for n in kernel.body if n.op == Op.INPUT), default=4)
+    if kernel.archetype == "pointwise":
+        numel = max(1, math.prod(shapes[kernel.writes[0]]))
+        reads = max(1, len(kernel.reads))
+        return Geometry(-(-numel // params["block"]), params["block"], 0, itemsize, reads, 1)
+    if kernel.archetype == "matmul":
+        launch = matmul_body(kernel, shapes, schedule)
+        bm, bn, bk = params["bm"], params["bn"], params["bk"]
+        threads = launch["block"][0]
+        shared = MMA_BYTES * (bm * (bk + MMA_PAD) + bk * (bn + MMA_PAD)) + 4 * 256 * (threads // WARP)
+        tile_loads = bm * bk // threads
+        return Geometry(math.prod(launch["grid"]), threads, shared, MMA_BYTES, max(1, tile_loads),
+                        -(-launch["kdim"] // bk))
+    plan = row_plan(kernel)
+    rows = max(1, math.prod(plan.row_shape))
+    row_threads, block, vec = params["row_threads"], params["block"], params.get("vec", 1)
+    length = max((r.srcs[0].shape[r.arg] for r in plan.reduces), default=1)
+    scratch = 2 * 4 * max(1, row_threads // WARP)
+    blocks = -(-rows // max(1, block // row_threads))
+    if vec > 1:
+        items = -(-length // (row_threads * vec))
+        access = min(VECTOR_BYTES, vec * itemsize)
+        return Geometry(blocks, block, scratch, access, items * (vec * itemsize // access), items)
+    iterations = -(-length // row_threads)
+    return Geometry(blocks, block, scratch, itemsize, min(STRIDED_UNROLL, iterations), iterations)
+
+
+def blocks_per_sm(target: Target, threads: int, registers: int, shared_bytes: int) -> int:
+    """Resident blocks per SM: the least of the block, thread, register and shared-memory limits."""
+    if threads > target.max_threads_per_block or registers > target.max_registers_per_thread:
+        return 0
+    limits = [target.max_blocks_per_sm, target.max_threads_per_sm // threads,
+              target.registers_per_sm // (registers * threads)]
+    if shared_bytes:
+        limits.append(target.shared_bytes_per_sm // shared_bytes)
+    return max(0, min(limits))
+
+
+def registers_per_thread(kernel: Kernel, schedule: Schedule, shapes: dict[str, tuple[int, ...]],
+                         work: Work | None = None) -> int:
+    """An estimate: a base, plus the row slices a vec > 1 row kernel caches (items x vec floats each)."""
+    params = schedule.as_dict()
+    vec = params.get("vec", 1)
+    if kernel.archetype != "row_reduce" or vec == 1:
+        return BASE_REGISTERS
+    work = work or kernel_work(kernel, vec)
+    plan = row_plan(kernel)
+    length = max((r.srcs[0].shape[r.arg] for r in plan.reduces), default=1)
+    items = -(-length // (params["row_threads"] * vec))
+    return BASE_REGISTERS + items * vec * max(1, work.preloaded) + vec
+
+
+def critical_path(kernel: Kernel, geometry: Geometry, work: Work, target: Target) -> float:
+    """The least time one block takes: its rounds of dependent loads and the reductions between passes."""
+    rounds = -(-geometry.row_iterations // max(1, geometry.loads_in_flight))
+    if kernel.archetype == "pointwise":
+        return target.dram_latency_s
+    if kernel.archetype == "matmul":   # each K step loads a tile, waits at a barrier, then runs the MMAs
+        return target.dram_latency_s + geometry.row_iterations * (target.cache_latency_s + BLOCK_SYNC_S)
+    sync = REDUCE_SYNC_S + (BLOCK_SYNC_S if geometry.threads > WARP and geometry.loads_in_flight else 0.0)
+    if work.preloaded:   # one round of vector loads, then every pass reads registers
+        return target.dram_latency_s + work.passes * sync
+    first = rounds * target.dram_latency_s
+    return first + (work.passes - 1) * rounds * target.cache_latency_s + work.passes * sync
+
+
+def kernel_work(kernel: Kernel, vec: int) -> Work:
+    """Flops and loads of `kernel` as the emitter renders it, with `vec` > 1 caching rows in registers."""
+    return _work(kernel, vec)
+
+
+@lru_cache(maxsize=4096)
+def _work(kernel: Kernel, vec: int) -> Work:
+    if kernel.archetype != "row_reduce":
+        regions = [(node, float(node.size)) for _, node in kernel.outputs]
+        stops: frozenset[int] = frozenset()
+        preloadable: set[str] = set()
+    else:
+        plan = row_plan(kernel)
+        stops = frozenset(id(r) for r in plan.reduces)
+        regions = [(r.srcs[0], float(r.srcs[0].size)) for r in plan.reduces] + [(plan.out, float(plan.out.size))]
+        preloadable = _preloadable(kernel, plan.out, vec) if vec > 1 and not plan.per_row_output else set()
+    flops = 0.0
+    loads: dict[str, float] = {}
+    cached: dict[str, float] = {}
+    for root, base in regions:
+        counts = _evaluations(root, base, stops)
+        for node, count in counts.values():
+            flops += _flops(node, count)
+            if node.op == Op.INPUT:
+                if node.arg in preloadable:
+                    cached[node.arg] = max(cached.get(node.arg, 0.0), count)
+                else:
+                    loads[node.arg] = loads.get(node.arg, 0.0) + count
+    for name, count in cached.items():
+        loads[name] = loads.get(name, 0.0) + count
+    flops += sum(float(r.srcs[0].size) for r in kernel.body if id(r) in stops)  # each cooperative combine
+    return Work(flops, tuple(sorted(loads.items())), len(regions) if kernel.archetype == "row_reduce" else 1,
+                len(preloadable))
+
+
+def _matmul_work(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: Schedule,
+                 program: KernelProgram) -> tuple[Work, float]:
+    """Tensor-core FLOPs, and the operand tiles that every block re-reads from the caches."""
+    match = next(tensor_core_match(n) for n in kernel.body if n.op == Op.SUM and tensor_core_match(n))
+    m, n, k = match.dims
+    batches = max(1, math.prod(match.batch_shape))
+    bm, bn = schedule["bm"], schedule["bn"]
+    itemsize = MMA_BYTES
+    rereads = batches * k * (m * (-(-n // bn)) + n * (-(-m // bm))) * itemsize
+    cache = max(0.0, rereads - sum(program.buffers[name].nbytes for name in kernel.reads))
+    return Work(2.0 * batches * m * n * k, (), 1, 0), cache
+
+
+def _preloadable(kernel: Kernel, out: Node, vec: int) -> set[str]:
+    """Float buffers read along the row, whose rows a vec > 1 kernel loads once into registers."""
+    length = out.shape[-1]
+    return {n.arg for n in kernel.body
+            if n.op == Op.INPUT and n.dtype.is_float and n.shape and n.shape[-1] == length and length % vec == 0}
+
+
+def _evaluations(root: Node, base: float, stops: frozenset[int]) -> dict[int, tuple[Node, float]]:
+    """How often each node of `root`'s cone is evaluated in one loop (values reduced cooperatively are registers).
+
+    A node is evaluated once per index its consumers ask for it at: consumers that are elementwise ask at the
+    same index (the emitter computes it once), views ask at their own indices, a reduction at each element.
+    """
+    order = _cone(root, stops)
+    same_index: dict[int, float] = {id(root): base}
+    own_index: dict[int, float] = {}
+    counts: dict[int, tuple[Node, float]] = {}
+    for node in reversed(order):
+        count = same_index.get(id(node), 0.0) + own_index.get(id(node), 0.0)
+        counts[id(node)] = (node, count)
+        if id(node) in stops:
+            continue
+        for src in node.srcs:
+            if node.op in REDUCE:
+                own_index[id(src)] = own_index.get(id(src), 0.0) + count * src.shape[node.arg]
+            elif node.op in VIEWS:
+                own_index[id(src)] = own_index.get(id(src), 0.0) + count
+            else:
+                same_index[id(src)] = max(same_index.get(id(src), 0.0), count)
+    return counts
+
+
+def _cone(root: Node, stops: frozenset[int]) -> list[Node]:
+    """`root`'s cone in topological order, not looking past nodes in `stops`."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        if id(node) not in stops:
+            stack.extend((src, False) for src in reversed(node.srcs) if id(src) not in seen)
+    return order
+
+
+def _flops(node: Node, count: float) -> float:
+    if node.op not in COMPUTE:
+        return 0.0
+    if node.op in REDUCE:
+        return count * node.srcs[0].shape[node.arg] if is_inline_reduce(node) else 0.0
+    return count * (TRANSCENDENTAL_FLOPS if node.op in UNARY else 1)

@@ -9,19 +9,30 @@ from __future__ import annotations
 import dataclasses
 
 from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
+from tensorsmith.codegen.matmul import tensor_core_match
 from tensorsmith.codegen.render import render_kernel
 from tensorsmith.ir import primitives as P
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Buffer, Kernel, KernelProgram
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import COMPUTE, Op, REDUCE
+from tensorsmith.ir.patterns import match_matmul
 
 Origins = dict[int, Node]  # id of a node in a kernel body -> the graph node it copies
 
 
 def partition(graph: Graph) -> KernelProgram:
     """The graph as kernels: fused as far as the archetypes allow, one kernel per materialised node."""
-    materialised: set[int] = set()
+    return legalise(graph, set())[0]
+
+
+def legalise(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, set[int]]:
+    """The program for `materialised` plus every node codegen refuses to fuse, and that grown set.
+
+    Search starts from any set of materialised nodes; this is the one place that learns from codegen
+    (`NotFusable`) which further nodes need a buffer of their own.
+    """
+    materialised = set(materialised)
     while True:
         program, origins = build_program(graph, materialised)
         try:
@@ -33,13 +44,22 @@ def partition(graph: Graph) -> KernelProgram:
                 raise AssertionError(f"codegen refused {original} again: {refusal}") from refusal
             materialised.add(id(original))
             continue
-        return program
+        return program, materialised
+
+
+def materialisable(graph: Graph) -> list[Node]:
+    """The nodes that may get a buffer of their own, in graph order: compute ops and casts (views stay free).
+
+    A matmul's (..., M, K, N) product is never one: it exists only inside its sum.
+    """
+    nodes = graph.nodes()
+    products = {id(match.reduce.srcs[0]) for node in nodes if (match := match_matmul(node)) is not None}
+    return [node for node in nodes if (node.op in COMPUTE or node.op == Op.CAST) and id(node) not in products]
 
 
 def unfused(graph: Graph) -> KernelProgram:
     """The baseline: one kernel per compute op (views still fold into their consumers)."""
-    compute = {id(node) for node in graph.nodes() if node.op in COMPUTE or node.op == Op.CAST}
-    return build_program(graph, compute)[0]
+    return build_program(graph, {id(node) for node in materialisable(graph)})[0]
 
 
 def build_program(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, Origins]:
@@ -57,9 +77,7 @@ def build_program(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, 
         name = output_of.get(id(node)) or f"{node.op.value}{len(kernels)}"
         buffers[name] = Buffer(name, node.shape, node.dtype, "output" if id(node) in output_of else "temp")
         body = _copy_cone(node, buffer_of, buffers, origins)
-        cooperative = [n for n in toposort([body]) if n.op in REDUCE and not is_inline_reduce(n)]
-        archetype = "row_reduce" if cooperative else "pointwise"
-        kernels.append(Kernel(f"{graph.name}_{name}", archetype, ((name, body),)))
+        kernels.append(Kernel(f"{graph.name}_{name}", _archetype(body), ((name, body),)))
         buffer_of[id(node)] = name
     for name, node in graph.outputs.items():
         if buffer_of[id(node)] != name:   # a second name for one value, or an input passed straight out
@@ -69,6 +87,16 @@ def build_program(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, 
             kernels.append(Kernel(f"{graph.name}_{name}", "pointwise", ((name, copy),)))
     program = KernelProgram(graph.name, buffers, kernels, tuple(graph.inputs), {n: n for n in graph.outputs})
     return program, origins
+
+
+def _archetype(body: Node) -> str:
+    """Tensor cores for a matmul and its elementwise neighbours, a row reduction for other sums, else pointwise."""
+    cooperative = [n for n in toposort([body]) if n.op in REDUCE and not is_inline_reduce(n)]
+    if not cooperative:
+        return "pointwise"
+    if len(cooperative) == 1 and tensor_core_match(cooperative[0]) and cooperative[0].shape == body.shape:
+        return "matmul"
+    return "row_reduce"
 
 
 def _copy_cone(root: Node, buffer_of: dict[int, str], buffers: dict[str, Buffer], origins: Origins) -> Node:

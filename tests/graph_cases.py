@@ -115,9 +115,27 @@ def _attention() -> ts.Graph:
     return g
 
 
+def _tensor_core_mlp() -> ts.Graph:
+    g = ts.Graph("tensor_core_mlp")          # sizes that divide no tile
+    x = g.input("x", (100, 72), "float16")
+    w1 = g.input("w1", (136, 72), "float16")
+    b1 = g.input("b1", (136,), "float16")
+    w2 = g.input("w2", (40, 136), "float16")
+    g.output("y", nn.linear(nn.gelu(nn.linear(x, w1, b1)), w2) + 1)
+    return g
+
+
+def _tensor_core_batched() -> ts.Graph:
+    g = ts.Graph("tensor_core_batched")      # a batch of bf16 products against one shared right operand
+    a = g.input("a", (3, 2, 50, 64), "bfloat16")
+    b = g.input("b", (64, 48), "bfloat16")
+    g.output("c", (a @ b) * 0.5)
+    return g
+
+
 CASES: dict[str, Callable[[], ts.Graph]] = {
     "pointwise_math": _pointwise_math, "views": _views, "broadcast_bf16": _broadcast_bf16,
     "integers": _integers, "column_sum": _column_sum, "full_sum": _full_sum, "norms": _norms,
     "many_short_rows": _many_short_rows, "rope": _rope, "matmul": _matmul, "shared_outputs": _shared_outputs,
-    "attention": _attention,
+    "attention": _attention, "tensor_core_mlp": _tensor_core_mlp, "tensor_core_batched": _tensor_core_batched,
 }

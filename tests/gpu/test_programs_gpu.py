@@ -58,3 +58,27 @@ def test_unwritten_output_is_caught_by_poisoning() -> None:
     outputs = program(device="cuda", **inputs)
     assert np.isnan(outputs["out"]).any()
     assert not all(c.ok for c in compare(graph, outputs, ts.evaluate(graph, inputs)))
+
+
+@pytest.mark.parametrize("framework", ["torch", "cupy"])
+def test_gpu_arrays_in_give_gpu_arrays_out_without_copies(framework: str) -> None:
+    lib = pytest.importorskip(framework)
+    graph = CASES["norms"]()
+    program = ts.compile(graph, profile=False)
+    inputs = random_inputs(graph, seed=21)
+    on_gpu = {k: (lib.from_numpy(v).cuda() if framework == "torch" else lib.asarray(v)) for k, v in inputs.items()}
+    outputs = program(**on_gpu)
+    first = outputs["soft"]
+    assert type(first).__module__.startswith(framework)
+    assert (first.is_cuda if framework == "torch" else True)
+    host = {k: (v.cpu().float().numpy() if framework == "torch" else lib.asnumpy(v)) for k, v in outputs.items()}
+    for check in compare(graph, host, ts.evaluate(graph, inputs)):
+        assert check.ok, check
+
+
+def test_gpu_array_of_the_wrong_dtype_is_named() -> None:
+    torch = pytest.importorskip("torch")
+    graph = CASES["views"]()
+    program = ts.compile(graph, profile=False)
+    with pytest.raises(ts.InputError, match="input 'x': expected a contiguous float16 array of shape"):
+        program(x=torch.zeros((6, 10, 7), dtype=torch.float32, device="cuda"))

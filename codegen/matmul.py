@@ -1,0 +1,74 @@
+"""The matmul archetype: recognises sum(a * b) over a shared axis and renders it on tensor cores.
+
+`tensorsmith.nn.matmul` lowers a @ b to SUM(MUL(EXPAND(a'), EXPAND(b')), axis=-2) over a (..., M, K, N)
+iteration space, where a' is constant along N and b' along M. Any subgraph may sit under the two
+operands (a transpose, a cast, an activation): it becomes the prologue of the tile loads. Whatever the
+output computes from the sum elementwise (bias, activation, residual) becomes the epilogue.
+"""
+from __future__ import annotations
+
+from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.kernel_program import Kernel, Schedule
+from tensorsmith.ir.node import Node
+from tensorsmith.ir.ops import Op
+from tensorsmith.ir.patterns import MatmulMatch, match_matmul
+
+from .emit import Emitter, NotFusable, delinearize
+
+MMA_TYPES = {DType.FLOAT16: ("__half", "__float2half_rn"), DType.BFLOAT16: ("__nv_bfloat16", "__float2bfloat16_rn")}
+MIN_DIM = 16   # one tensor-core fragment; smaller products stay on the CUDA cores
+
+
+def tensor_core_match(node: Node) -> MatmulMatch | None:
+    """A matmul that the tensor cores can take: fp16 or bf16 operands of one dtype, every dimension >= 16."""
+    match = match_matmul(node)
+    if match is None or match.lhs.dtype != match.rhs.dtype or match.lhs.dtype not in MMA_TYPES:
+        return None
+    return match if min(match.dims) >= MIN_DIM else None
+
+
+def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
+    """The template context of a matmul kernel: the prologue loads, the epilogue, and the launch shape."""
+    if len(kernel.outputs) != 1:
+        raise NotFusable(kernel.outputs[1][1], "a matmul kernel writes one output")
+    name, out = kernel.outputs[0]
+    reduces = [n for n in kernel.body if n.op in (Op.SUM, Op.MAX) and tensor_core_match(n)]
+    match = tensor_core_match(reduces[0]) if reduces else None
+    if match is None or out.shape != match.reduce.shape:
+        raise NotFusable(reduces[0] if reduces else out, "the output is not elementwise over one matmul")
+    batch = tuple(f"b{axis}" for axis in range(len(match.batch_shape)))
+    coords = list(zip(batch, delinearize("batch", match.batch_shape)))
+    load_a, value_a, a_major = _operand(shapes, match.lhs, batch + ("m", "kk", "0"), ("kk", "m"))
+    load_b, value_b, b_major = _operand(shapes, match.rhs, batch + ("0", "kk", "n"), ("n", "kk"))
+    epilogue = Emitter(shapes, indent=5)
+    epilogue.reduced[id(match.reduce)] = (batch + ("m", "n"), "acc")
+    epilogue.store(name, out.dtype, batch + ("m", "n"), epilogue.value(out, batch + ("m", "n")))
+    m, n, k = match.dims
+    bm, bn = schedule["bm"], schedule["bn"]
+    batches = 1
+    for dim in match.batch_shape:
+        batches *= dim
+    mma_type, to_mma = MMA_TYPES[match.lhs.dtype]
+    return {
+        "coords": coords, "m": m, "n": n, "kdim": k, "bm": bm, "bn": bn, "bk": schedule["bk"],
+        "warps_m": schedule["warps_m"], "warps_n": schedule["warps_n"], "mma_type": mma_type, "to_mma": to_mma,
+        "load_a": "\n".join(load_a), "value_a": value_a, "load_b": "\n".join(load_b), "value_b": value_b,
+        "a_major": "k" if a_major == "kk" else "m", "b_major": "n" if b_major == "n" else "k",
+        "epilogue": "\n".join(epilogue.lines), "block": (32 * schedule["warps_m"] * schedule["warps_n"], 1, 1),
+        "grid": (-(-n // bn), -(-m // bm), batches),
+        "strategy": f"{bm}x{bn} tiles on tensor cores ({mma_type} x {mma_type} -> float), K in steps of {schedule['bk']}",
+    }
+
+
+def _operand(shapes: dict, node: Node, index: tuple[str, ...],
+             axes: tuple[str, str]) -> tuple[list[str], str, str]:
+    """The statements and value of one operand at `index`, and which of its two tile axes is contiguous.
+
+    The contiguous axis is the one that indexes the innermost dimension of the operand's largest load,
+    so that consecutive threads of the tile loader read consecutive addresses.
+    """
+    emitter = Emitter(shapes, indent=3)
+    value = emitter.value(node, index)
+    loads = sorted(emitter.accesses, key=lambda access: -access[0].size)
+    innermost = loads[0][1][-1] if loads else axes[0]
+    return emitter.lines, value, axes[1] if innermost == axes[1] else axes[0]

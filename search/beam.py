@@ -1,0 +1,90 @@
+"""Beam search over the decision tree: kernel boundaries first, then one schedule per kernel.
+
+Boundaries: start from the greedy partition and the unfused program; each round expands every member
+of the beam by one move (materialise one node more or one fewer) and keeps the `width` cheapest, each
+scored at its best completion (every kernel at its cheapest feasible schedule: the cost model adds
+kernel times, so that is a true lower bound). Schedules: each kept boundary set is completed kernel by
+kernel, keeping the `width` cheapest partial assignments scored by decided kernels plus that bound.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .space import Boundaries, Candidate, CandidateSpace
+
+
+@dataclass(frozen=True)
+class BeamConfig:
+    width: int = 4
+    rounds: int = 6
+    schedules_per_kernel: int = 3   # branching of each schedule decision
+    seed: int = 0                   # ties are broken by structure, so the seed changes nothing yet
+
+
+def beam(space: CandidateSpace, cfg: BeamConfig, deadline: float = math.inf,
+         on_candidate: Callable[[Candidate, float], None] | None = None) -> list[tuple[float, Candidate]]:
+    """Full candidates, cheapest first (predicted seconds, candidate); stops early at `deadline`."""
+    frontier = _boundary_beam(space, cfg, deadline)
+    finished: dict[Candidate, float] = {}
+    for boundaries in frontier:
+        for seconds, candidate in _schedule_beam(space, boundaries, cfg):
+            if candidate not in finished:
+                finished[candidate] = seconds
+                if on_candidate:
+                    on_candidate(candidate, seconds)
+        if time.monotonic() > deadline:
+            break
+    return sorted(((s, c) for c, s in finished.items()), key=lambda item: (item[0], _order(item[1])))
+
+
+def _boundary_beam(space: CandidateSpace, cfg: BeamConfig, deadline: float) -> list[Boundaries]:
+    starts = [space.greedy(), space.unfused()]
+    scores: dict[Boundaries, float] = {}
+    for boundaries in starts:
+        if space.expression_ok(boundaries):
+            scores[boundaries] = space.best_seconds(boundaries)
+    frontier = _top(scores, cfg.width)
+    for _ in range(cfg.rounds):
+        if time.monotonic() > deadline:
+            break
+        for boundaries in frontier:
+            for child in space.neighbours(boundaries):
+                if child not in scores and space.expression_ok(child):
+                    scores[child] = space.best_seconds(child)
+                if time.monotonic() > deadline:
+                    break
+        kept = _top(scores, cfg.width)
+        if kept == frontier:
+            break
+        frontier = kept
+    return frontier
+
+
+def _schedule_beam(space: CandidateSpace, boundaries: Boundaries, cfg: BeamConfig) -> list[tuple[float, Candidate]]:
+    kernels = len(space.program(boundaries).kernels)
+    options = [space.options(boundaries, position) for position in range(kernels)]
+    if any(not o.schedules for o in options):
+        return []
+    bound = [o.seconds[0] for o in options]
+    partial: list[tuple[float, tuple]] = [(0.0, ())]
+    for position, option in enumerate(options):
+        rest = sum(bound[position + 1:])
+        grown = [(spent + seconds, chosen + (schedule,))
+                 for spent, chosen in partial
+                 for schedule, seconds in list(zip(option.schedules, option.seconds))[:cfg.schedules_per_kernel]]
+        grown.sort(key=lambda item: (item[0] + rest, [str(s) for s in item[1]]))
+        partial = grown[:cfg.width]
+    return [(spent, Candidate(boundaries, chosen)) for spent, chosen in partial]
+
+
+def _top(scores: dict[Boundaries, float], width: int) -> list[Boundaries]:
+    finite = [(s, sorted(b), b) for b, s in scores.items() if math.isfinite(s)]
+    finite.sort(key=lambda item: (item[0], item[1]))
+    return [b for _, _, b in finite[:width]]
+
+
+def _order(candidate: Candidate) -> tuple:
+    return sorted(candidate.boundaries), [str(s) for s in candidate.schedules]

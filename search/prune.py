@@ -1,0 +1,211 @@
+"""Z3 pruning: schedules that cannot run, and programs that cannot compute what the graph computes.
+
+Two checks, each counted by the search:
+
+- `feasible_schedules`: each archetype's space (declared by codegen, `ARCHETYPES`) under the constraints
+  that a launch must meet: row threads divide the block, at most `max_threads_per_block` threads, a vector
+  width that divides the row and keeps 16-byte accesses aligned, registers and static shared memory under
+  the target's limits. The constraints are Z3 formulas over the schedule's parameters and the kernel's
+  facts; each point of the space is substituted and simplified by Z3, so no infeasible schedule reaches
+  codegen.
+- `AbstractChecker`: as in Mirage, each output of a candidate program as a term over the input symbols,
+  with the ops as uninterpreted functions (add and mul as real arithmetic, so commutativity, associativity
+  and distributivity hold) and index detail dropped (views are the identity, a reduction keeps only its
+  length). A candidate whose terms Z3 shows can differ from the reference graph's is pruned; one that Z3
+  cannot decide in time is left to random testing.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import z3
+
+from tensorsmith.codegen.emit import NotFusable
+from tensorsmith.codegen.render import row_plan, vector_width
+from tensorsmith.codegen.schedules import ARCHETYPES
+from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
+from tensorsmith.ir.node import Node, toposort
+from tensorsmith.ir.ops import Op, REDUCE, VIEWS
+from tensorsmith.ir.targets import Target
+
+from .cost import BASE_REGISTERS, MMA_BYTES, MMA_PAD, WARP, kernel_work
+
+STATIC_SHARED_BYTES = 48 * 1024   # a block's statically declared __shared__ arrays may not exceed 48 KiB
+VECTOR_BYTES = 16
+Z3_TIMEOUT_MS = 2000
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# (b) schedule constraints
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """What the schedule constraints need to know about one kernel."""
+
+    archetype: str
+    row_length: int = 1        # elements each row loop walks
+    itemsize: int = 4          # widest element the kernel loads
+    vectorisable: bool = False  # codegen can cache the row in registers (vec > 1) for this body
+    preloaded: int = 0         # buffers a vec > 1 kernel would cache
+
+
+def kernel_facts(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> KernelFacts:
+    """The facts of `kernel` (raises NotFusable where its archetype cannot take the body at all)."""
+    itemsize = max((n.dtype.itemsize for n in kernel.body if n.op == Op.INPUT), default=4)
+    if kernel.archetype != "row_reduce":
+        return KernelFacts(kernel.archetype, itemsize=itemsize)
+    plan = row_plan(kernel)
+    length = max((r.srcs[0].shape[r.arg] for r in plan.reduces), default=1)
+    vectorisable = vector_width(kernel, shapes) > 1
+    preloaded = kernel_work(kernel, 2).preloaded if vectorisable else 0
+    return KernelFacts("row_reduce", length, itemsize, vectorisable, preloaded)
+
+
+Constraint = tuple[str, z3.BoolRef]
+
+
+def schedule_constraints(facts: KernelFacts, target: Target) -> tuple[dict[str, z3.ArithRef], list[Constraint]]:
+    """Z3 variables for the archetype's parameters and the named constraints a launchable schedule meets."""
+    space = ARCHETYPES[facts.archetype]
+    var = {name: z3.Int(name) for name in space}
+    rules: list[Constraint] = [(f"{name} in {values}", z3.Or([var[name] == v for v in values]))
+                               for name, values in space.items()]
+    if facts.archetype == "pointwise":
+        rules.append(("block <= max threads", var["block"] <= target.max_threads_per_block))
+    elif facts.archetype == "row_reduce":
+        rules += _row_constraints(facts, target, var["row_threads"], var["block"], var["vec"])
+    elif facts.archetype == "matmul":
+        threads = WARP * var["warps_m"] * var["warps_n"]
+        shared = (MMA_BYTES * (var["bm"] * (var["bk"] + MMA_PAD) + var["bk"] * (var["bn"] + MMA_PAD))
+                  + 4 * 256 * var["warps_m"] * var["warps_n"])
+        rules += [("block <= max threads", threads <= target.max_threads_per_block),
+                  ("static shared memory", shared <= min(STATIC_SHARED_BYTES, target.shared_bytes_per_block))]
+    return var, rules
+
+
+def _row_constraints(facts: KernelFacts, target: Target, row_threads: z3.ArithRef, block: z3.ArithRef,
+                     vec: z3.ArithRef) -> list[Constraint]:
+    length, size = facts.row_length, facts.itemsize
+    chunk = z3.If(vec * size <= VECTOR_BYTES, vec, VECTOR_BYTES // size)   # elements per 16-byte access
+    items = (length + row_threads * vec - 1) / (row_threads * vec)          # vector loads per thread per row
+    registers = BASE_REGISTERS + z3.If(vec > 1, items * vec * max(1, facts.preloaded) + vec, 0)
+    scratch = 2 * 4 * z3.If(row_threads > WARP, row_threads / WARP, 1)
+    return [
+        ("row threads divide the block", block % row_threads == 0),
+        ("block <= max threads", block <= target.max_threads_per_block),
+        ("vec > 1 only where codegen caches the row", z3.Or(vec == 1, z3.BoolVal(facts.vectorisable))),
+        ("vec divides the row length", length % vec == 0),
+        ("16-byte aligned vector accesses", z3.And((length * size) % (chunk * size) == 0,
+                                                    chunk * size <= VECTOR_BYTES)),
+        ("registers per thread", registers <= target.max_registers_per_thread),
+        ("registers per block", registers * block <= target.registers_per_sm),
+        ("static shared memory", scratch <= min(STATIC_SHARED_BYTES, target.shared_bytes_per_block)),
+    ]
+
+
+@dataclass(frozen=True)
+class ScheduleVerdict:
+    schedule: Schedule
+    violated: str | None      # the first constraint it breaks, or None
+
+
+def feasible_schedules(facts: KernelFacts, target: Target) -> list[ScheduleVerdict]:
+    """Every point of the archetype's space, each checked by Z3 against the constraints (in space order)."""
+    var, rules = schedule_constraints(facts, target)
+    space = ARCHETYPES[facts.archetype]
+    names = list(space)
+    verdicts = []
+    for values in itertools.product(*(space[name] for name in names)):
+        binding = [(var[name], z3.IntVal(value)) for name, value in zip(names, values)]
+        violated = None
+        for label, rule in rules:
+            if not z3.is_true(z3.simplify(z3.substitute(rule, *binding))):
+                violated = label
+                break
+        verdicts.append(ScheduleVerdict(Schedule.of(**dict(zip(names, values))), violated))
+    return verdicts
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# (a) abstract expressions
+
+class AbstractChecker:
+    """Abstract expressions of graphs and kernel programs, and a Z3 equivalence check between them."""
+
+    def __init__(self, timeout_ms: int = Z3_TIMEOUT_MS):
+        self.timeout_ms = timeout_ms
+        self._functions: dict[tuple[str, int], z3.FuncDeclRef] = {}
+
+    def graph_terms(self, graph: Graph) -> dict[str, z3.ExprRef]:
+        """Each output of `graph` as a term over its input symbols."""
+        terms = self._terms(list(graph.outputs.values()), lambda name: z3.Real(f"in_{name}"))
+        return {name: terms[id(node)] for name, node in graph.outputs.items()}
+
+    def program_terms(self, program: KernelProgram) -> dict[str, z3.ExprRef]:
+        """Each output of `program`: its kernels' bodies composed through the buffers between them."""
+        memory: dict[str, z3.ExprRef] = {name: z3.Real(f"in_{name}") for name in program.inputs}
+        for kernel in program.kernels:
+            terms = self._terms([node for _, node in kernel.outputs], lambda name: memory[name])
+            for name, node in kernel.outputs:
+                memory[name] = terms[id(node)]
+        return {out: memory[buffer] for out, buffer in program.outputs.items()}
+
+    def equivalent(self, reference: dict[str, z3.ExprRef], candidate: dict[str, z3.ExprRef]) -> bool | None:
+        """True if Z3 proves every output equal, False if it finds an interpretation where one differs, else None."""
+        if set(reference) != set(candidate):
+            return False
+        differing = [reference[name] != candidate[name] for name in reference
+                     if not reference[name].eq(candidate[name])]
+        if not differing:
+            return True          # the same term, hash-consed by Z3
+        solver = z3.Solver()
+        solver.set("timeout", self.timeout_ms)
+        solver.add(z3.Or(differing))
+        answer = solver.check()
+        return {z3.unsat: True, z3.sat: False}.get(answer)
+
+    def _function(self, name: str, arity: int) -> z3.FuncDeclRef:
+        key = (name, arity)
+        if key not in self._functions:
+            self._functions[key] = z3.Function(name, *([z3.RealSort()] * (arity + 1)))
+        return self._functions[key]
+
+    def _terms(self, roots: list[Node], leaf: Callable[[str], z3.ExprRef]) -> dict[int, z3.ExprRef]:
+        terms: dict[int, z3.ExprRef] = {}
+        for node in toposort(roots):
+            args = [terms[id(src)] for src in node.srcs]
+            terms[id(node)] = self._term(node, args, leaf)
+        return terms
+
+    def _term(self, node: Node, args: list[z3.ExprRef], leaf: Callable[[str], z3.ExprRef]) -> z3.ExprRef:
+        op = node.op
+        if op == Op.INPUT:
+            return leaf(node.arg)
+        if op == Op.CONSTANT:
+            value = float(node.arg)
+            return z3.RealVal(repr(value)) if math.isfinite(value) else z3.Real(f"const_{value}")
+        if op == Op.IOTA:
+            return z3.Real(f"iota_{node.arg}")
+        if op in VIEWS or op == Op.CONTIGUOUS:
+            return args[0]                      # index detail dropped
+        if op == Op.ADD:
+            return args[0] + args[1]
+        if op == Op.MUL:
+            return args[0] * args[1]
+        if op in REDUCE:
+            return self._function(f"{op.value}{node.srcs[0].shape[node.arg]}", 1)(args[0])
+        if op == Op.CAST:
+            return self._function(f"cast_{node.dtype.value}", 1)(args[0])
+        return self._function(op.value, len(args))(*args)
+
+
+def schedule_space_size(archetype: str) -> int:
+    return math.prod(len(values) for values in ARCHETYPES[archetype].values())
+
+
+__all__ = ["AbstractChecker", "KernelFacts", "NotFusable", "ScheduleVerdict", "feasible_schedules", "kernel_facts",
+           "schedule_constraints", "schedule_space_size"]

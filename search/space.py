@@ -1,0 +1,233 @@
+"""The candidate space: kernel boundaries x per-kernel schedules, each point a KernelProgram.
+
+A point is `Candidate(boundaries, schedules)`. Boundaries are the set of graph nodes that get a buffer of
+their own (positions in `graph.nodes()` order, so that they are deterministic), always legalised: codegen's
+refusals (`NotFusable`) add the nodes it names. Moves between boundary sets materialise one node more or
+one fewer. Schedules come from each archetype's declared space (`codegen.schedules.ARCHETYPES`), filtered by
+Z3 (`prune.feasible_schedules`), codegen's own `is_valid`, and by rendering the kernel; survivors are sorted
+by the cost model. Everything is cached by structure, so a kernel met again in another partition costs
+nothing, and structurally identical programs are one candidate.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+from tensorsmith.codegen.emit import NotFusable
+from tensorsmith.codegen.render import render_kernel
+from tensorsmith.codegen.schedules import is_valid
+from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
+from tensorsmith.ir.ops import Op
+from tensorsmith.ir.targets import Target
+
+from .cost import kernel_seconds
+from .partition import legalise, materialisable
+from .prune import AbstractChecker, feasible_schedules, kernel_facts, schedule_space_size
+
+Boundaries = frozenset[int]   # positions in graph.nodes() of the nodes that get a buffer
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the space: kernel boundaries and a schedule per kernel (in kernel order)."""
+
+    boundaries: Boundaries
+    schedules: tuple[Schedule, ...]
+
+
+@dataclass
+class SpaceStats:
+    boundary_sets: int = 0
+    kernels_scheduled: int = 0
+    schedules_considered: int = 0
+    pruned_schedule_z3: int = 0          # schedule points that break a launch constraint
+    invalid_schedule: int = 0            # points Z3 passed but codegen's is_valid rejects
+    render_failed: int = 0               # points codegen could not render
+    pruned_expression_z3: int = 0        # boundary sets whose abstract expression differs from the graph's
+    expression_undecided: int = 0        # Z3 could not decide in time: left to random testing
+    duplicates: int = 0                  # boundary sets that legalise to a program seen before
+
+
+@dataclass
+class ScheduleOptions:
+    """The schedules of one kernel that survive every check, cheapest first, with predicted seconds."""
+
+    schedules: tuple[Schedule, ...]
+    seconds: tuple[float, ...]
+
+
+@dataclass
+class CandidateSpace:
+    """Lazily enumerated, cached candidate programs for one graph and target."""
+
+    graph: Graph
+    target: Target
+    checker: AbstractChecker = field(default_factory=AbstractChecker)
+    stats: SpaceStats = field(default_factory=SpaceStats)
+
+    def __post_init__(self) -> None:
+        self.nodes = self.graph.nodes()
+        self.position = {id(node): i for i, node in enumerate(self.nodes)}
+        outputs = {id(node) for node in self.graph.outputs.values()}
+        self.points = tuple(self.position[id(n)] for n in materialisable(self.graph) if id(n) not in outputs)
+        self._programs: dict[Boundaries, KernelProgram] = {}
+        self._legal: dict[Boundaries, Boundaries | None] = {}
+        self._by_structure: dict[str, Boundaries] = {}
+        self._options: dict[tuple, ScheduleOptions] = {}
+        self._reference = self.checker.graph_terms(self.graph)
+        self._expression_ok: dict[Boundaries, bool] = {}
+
+    # ---- boundaries ------------------------------------------------------------------------------------------
+    def greedy(self) -> Boundaries:
+        """The greedy partition's boundaries (fuse everything codegen takes)."""
+        return self.legal(frozenset())
+
+    def unfused(self) -> Boundaries:
+        """Every compute op its own kernel."""
+        return self.legal(frozenset(self.points))
+
+    def legal(self, wanted: Boundaries) -> Boundaries:
+        """`wanted` grown until codegen takes every kernel; a duplicate of a program seen before maps to its first."""
+        if wanted in self._legal:
+            return self._legal[wanted]
+        program, grown = legalise(self.graph, {id(self.nodes[p]) for p in wanted})
+        boundaries = frozenset(self.position[i] for i in grown) & frozenset(self.points)
+        key = program_structure(program)
+        first = self._by_structure.setdefault(key, boundaries)
+        if first != boundaries:
+            self.stats.duplicates += 1
+        else:
+            self._programs.setdefault(boundaries, program)
+            self.stats.boundary_sets = len(self._programs)
+        self._legal[wanted] = first
+        return first
+
+    def neighbours(self, boundaries: Boundaries) -> list[Boundaries]:
+        """Boundary sets one node away (materialise one more, or one fewer), legalised, deduplicated, sorted."""
+        found: set[Boundaries] = set()
+        for point in self.points:
+            moved = boundaries - {point} if point in boundaries else boundaries | {point}
+            legal = self.legal(frozenset(moved))
+            if legal != boundaries:
+                found.add(legal)
+        return sorted(found, key=sorted)
+
+    def program(self, boundaries: Boundaries) -> KernelProgram:
+        """The (unscheduled) program of legal boundaries."""
+        if boundaries not in self._programs:
+            self.legal(boundaries)
+        return self._programs[boundaries]
+
+    def expression_ok(self, boundaries: Boundaries) -> bool:
+        """Z3 check (a): the program's abstract expression is the graph's (or Z3 cannot tell)."""
+        if boundaries not in self._expression_ok:
+            self._expression_ok[boundaries] = self.check_program(self.program(boundaries))
+        return self._expression_ok[boundaries]
+
+    def check_program(self, program: KernelProgram) -> bool:
+        """The abstract-expression check of any program against this space's graph, counted."""
+        verdict = self.checker.equivalent(self._reference, self.checker.program_terms(program))
+        if verdict is False:
+            self.stats.pruned_expression_z3 += 1
+        elif verdict is None:
+            self.stats.expression_undecided += 1
+        return verdict is not False
+
+    # ---- schedules -------------------------------------------------------------------------------------------
+    def options(self, boundaries: Boundaries, position: int) -> ScheduleOptions:
+        """The feasible schedules of one kernel of `boundaries`' program, cheapest first."""
+        program = self.program(boundaries)
+        kernel = program.kernels[position]
+        key = kernel_structure(kernel, program)
+        if key not in self._options:
+            self._options[key] = self._schedule(program, position)
+        return self._options[key]
+
+    def best_seconds(self, boundaries: Boundaries) -> float:
+        """The predicted time of `boundaries` with every kernel at its cheapest feasible schedule."""
+        total = 0.0
+        for position in range(len(self.program(boundaries).kernels)):
+            options = self.options(boundaries, position)
+            total += options.seconds[0] if options.seconds else math.inf
+        return total
+
+    def build(self, candidate: Candidate) -> KernelProgram:
+        """The KernelProgram of a candidate: its boundaries' kernels with its schedules."""
+        program = self.program(candidate.boundaries)
+        kernels = [dataclasses.replace(k, schedule=s) for k, s in zip(program.kernels, candidate.schedules)]
+        return dataclasses.replace(program, kernels=kernels, buffers=dict(program.buffers))
+
+    def seconds(self, candidate: Candidate) -> float:
+        program = self.program(candidate.boundaries)
+        total = 0.0
+        for position, schedule in enumerate(candidate.schedules):
+            options = self.options(candidate.boundaries, position)
+            total += options.seconds[options.schedules.index(schedule)]
+        return total if len(candidate.schedules) == len(program.kernels) else math.inf
+
+    def describe(self, candidate: Candidate) -> str:
+        program = self.program(candidate.boundaries)
+        parts = [f"{k.name.removeprefix(self.graph.name + '_')}[{k.archetype}: {s}]"
+                 for k, s in zip(program.kernels, candidate.schedules)]
+        return f"{len(program.kernels)} kernels: " + "; ".join(parts)
+
+    def _schedule(self, program: KernelProgram, position: int) -> ScheduleOptions:
+        kernel = program.kernels[position]
+        shapes = {name: buf.shape for name, buf in program.buffers.items()}
+        self.stats.kernels_scheduled += 1
+        try:
+            facts = kernel_facts(kernel, shapes)
+        except NotFusable:
+            return ScheduleOptions((), ())
+        verdicts = feasible_schedules(facts, self.target)
+        self.stats.schedules_considered += schedule_space_size(kernel.archetype)
+        scored: list[tuple[float, int, Schedule]] = []
+        for order, verdict in enumerate(verdicts):
+            if verdict.violated is not None:
+                self.stats.pruned_schedule_z3 += 1
+                continue
+            if not is_valid(kernel.archetype, verdict.schedule):
+                self.stats.invalid_schedule += 1
+                continue
+            trial = dataclasses.replace(kernel, schedule=verdict.schedule)
+            probe = dataclasses.replace(program, kernels=[*program.kernels[:position], trial,
+                                                          *program.kernels[position + 1:]])
+            try:
+                render_kernel(probe, position)
+            except Exception:    # NotFusable, or a template that cannot take this schedule
+                self.stats.render_failed += 1
+                continue
+            seconds = kernel_seconds(trial, probe, self.target)
+            if math.isfinite(seconds):
+                scored.append((seconds, order, verdict.schedule))
+        scored.sort(key=lambda item: (item[0], item[1]))
+        return ScheduleOptions(tuple(s for _, _, s in scored), tuple(t for t, _, _ in scored))
+
+
+def kernel_structure(kernel: Kernel, program: KernelProgram) -> tuple:
+    """A kernel's structure with its buffers named by first use: equal keys render and cost alike."""
+    names: dict[str, int] = {}
+    index: dict[int, int] = {}
+    rows = []
+    for i, node in enumerate(kernel.body):
+        index[id(node)] = i
+        arg = node.arg
+        if node.op == Op.INPUT:
+            buffer = program.buffers[node.arg]
+            arg = ("buffer", names.setdefault(node.arg, len(names)), buffer.shape, buffer.dtype.value)
+        rows.append((node.op.value, repr(arg), node.shape, node.dtype.value, tuple(index[id(s)] for s in node.srcs)))
+    outputs = tuple((program.buffers[name].dtype.value, program.buffers[name].shape, index[id(node)])
+                    for name, node in kernel.outputs)
+    return kernel.archetype, tuple(rows), outputs
+
+
+def program_structure(program: KernelProgram) -> str:
+    """A digest of a program's kernels and the buffers between them; equal for structurally identical programs."""
+    digest = hashlib.sha256()
+    for kernel in program.kernels:
+        digest.update(repr((kernel_structure(kernel, program), kernel.reads, kernel.writes)).encode())
+    digest.update(repr(sorted(program.outputs.items())).encode())
+    return digest.hexdigest()
