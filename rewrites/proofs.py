@@ -53,7 +53,8 @@ DEFAULT_TIMEOUT_MS = 5000
 
 # the "real" model: the axioms its uninterpreted functions obey (quantified; Z3 instantiates them by matching)
 _U, _V = z3.Reals("u v")
-REAL_AXIOMS = (z3.ForAll([_U, _V], EXP2(_U + _V) == EXP2(_U) * EXP2(_V), patterns=[EXP2(_U + _V)]),
+REAL_AXIOMS = (z3.ForAll([_U, _V], EXP2(_U + _V) == EXP2(_U) * EXP2(_V),
+                         patterns=[EXP2(_U + _V), z3.MultiPattern(EXP2(_U), EXP2(_V))]),
                z3.ForAll([_U], EXP2(_U) > 0, patterns=[EXP2(_U)]))
 
 

@@ -1,6 +1,9 @@
-"""The first rewrite rules, as data: each with its name, a one-line doc, the egglog rewrite, its proof
-obligations (`claims`, discharged by Z3 in tests/rewrites/test_soundness.py) and a small graph whose output
-is the rule's left-hand side (`example`, for the random numeric check).
+"""The rewrite rules, as data: each with its name, a one-line doc, the egglog rewrite, its proof obligations
+(`claims`, discharged by Z3 in tests/rewrites/test_soundness.py), the model they are proved in, its stage, and a
+small graph whose output is the rule's left-hand side (`example`, for the random numeric check).
+
+This file holds the identities, commutativity, casts and views; rewrites/algebra.py the algebra and the
+reductions; rewrites/patterns.py the patterns. `RULES` is all of them.
 
 Rules that look right and are not, and so do not ship (the tests show each one refuted):
 - x * 0 -> 0: inf * 0 and nan * 0 are nan.
@@ -9,8 +12,8 @@ Rules that look right and are not, and so do not ship (the tests show each one r
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from dataclasses import dataclass
 from typing import Callable
 
 import z3
@@ -23,26 +26,13 @@ from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 
 from .eclasses import encode_value
+from .algebra import ALGEBRA, REASSOCIATE, REDUCTIONS
+from .patterns import PATTERNS
+from .rule import Rule, example_graph
 from .proofs import Claim, Scalar, expand_source, in_bounds, permute_source, reshape_source
 from .term import MAX_RANK, Add, Cast, Const, Expand, Mul, Permute, Reshape, TExpr, dtype_of, gather, shape_of
 
 ONE, ZERO = encode_value(1.0), encode_value(0.0)
-
-
-@dataclass(frozen=True, eq=False)
-class Rule:
-    """A named rewrite with the claims that make it sound and an example graph that exercises it."""
-
-    name: str
-    doc: str
-    rewrite: RewriteOrRule | tuple[RewriteOrRule, ...]
-    claims: tuple[Claim, ...]
-    example: Callable[[], Graph]
-
-    @property
-    def rewrites(self) -> tuple[RewriteOrRule, ...]:
-        """Its egglog rewrites (rank-specialised rules have one per rank)."""
-        return self.rewrite if isinstance(self.rewrite, tuple) else (self.rewrite,)
 
 
 # pattern variables
@@ -51,13 +41,7 @@ shape, shape2, p, q = var("shape", Vec[i64]), var("shape2", Vec[i64]), var("p", 
 dtype, bits = var("dtype", String), var("bits", i64)
 
 
-def _graph(name: str, out: Callable[..., Node], shape_: tuple[int, ...] = (3, 4), dtype_: str = "float32",
-           inputs: int = 1) -> Graph:
-    """A graph with inputs x (and y) of one shape and the single output out(x[, y])."""
-    g = Graph(name)
-    nodes = [g.input(n, shape_, dtype_).node for n in ("x", "y")[:inputs]]
-    g.outputs["out"] = out(*nodes)
-    return g
+_graph = example_graph
 
 
 def _raw(op: Op, src: Node, arg: object, shape_: tuple[int, ...], dtype_: DType | None = None) -> Node:
@@ -158,7 +142,7 @@ PERMUTATIONS = [perm for rank in (1, 2, 3) for perm in itertools.permutations(ra
 
 # the rules -----------------------------------------------------------------------------------------
 
-RULES: tuple[Rule, ...] = (
+BASE: tuple[Rule, ...] = (
     # identities: a constant operand that changes nothing
     Rule("mul_one", "x * 1 -> x", rewrite(Mul(x, Const(ONE, shape, dtype))).to(x),
          _both_kinds(lambda v: v * 1, lambda v: v, 1),
@@ -215,5 +199,12 @@ RULES: tuple[Rule, ...] = (
          tuple(_reshape_in_bounds(s, s2) for s, _, s2 in RESHAPES),
          lambda: _graph("reshape_const", lambda v: P.reshape(P.constant(2.5, (2, 6), v.dtype), v.shape))),
 )
+
+# view rules are proved as index maps; the rest of the base set in the IEEE model
+INDEX_RULES = frozenset({"reshape_reshape", "reshape_same", "permute_permute", "permute_identity", "expand_expand",
+                         "expand_same", "expand_const", "reshape_const"})
+RULES: tuple[Rule, ...] = (
+    tuple(dataclasses.replace(rule, model="index") if rule.name in INDEX_RULES else rule for rule in BASE)
+    + ALGEBRA + REDUCTIONS + REASSOCIATE + PATTERNS)
 
 CLAIMS: dict[str, tuple[Claim, ...]] = {rule.name: rule.claims for rule in RULES}

@@ -16,6 +16,7 @@ Encodings chosen for egglog 13.2 (see `encode_value`):
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable, Iterator, Mapping
 
 from egglog import (Action, EGraph, Expr, RewriteOrRule, String, StringLike, Vec, eq, function, i64, i64Like, rule,
@@ -26,7 +27,7 @@ from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node, consumers
 from tensorsmith.ir.ops import Op
 
-from .eclasses import OPS, EClasses, ENode, build_graph, cheapest, encode_value, read_eclasses
+from .eclasses import OPS, PATTERN_OPS, EClasses, ENode, build_graph, cheapest, encode_value, read_eclasses
 
 SHARED_TERM_LIMIT = 16   # a shared node whose term is larger than this is let-bound, not repeated
 DEPTH_LIMIT = 24         # a term nested deeper than this is let-bound (egglog-python recurses ~4 frames a level)
@@ -129,6 +130,21 @@ def Pad(x: TExpr, starts: Vec[i64], shape: Vec[i64]) -> TExpr: ...
 def Contiguous(x: TExpr) -> TExpr: ...
 
 
+# patterns: higher-level forms that later stages match on -----------------------------------------
+# Each equals a primitive expression (the rule that introduces it says which, with its proof). They have no
+# Node of their own yet: extraction gives them infinite cost, so a graph is only ever built from primitives.
+
+@function(egg_fn="MatMul", cost=REDUCE_COST)
+def MatMul(a: TExpr, b: TExpr, shape: Vec[i64], axis: i64Like) -> TExpr:
+    """sum(expand(a, shape) * expand(b, shape), axis): a contraction recognised as a matmul."""
+
+
+@function(egg_fn="OnlineSoftmax", cost=REDUCE_COST)
+def OnlineSoftmax(x: TExpr, axis: i64Like, block: i64Like) -> TExpr:
+    """softmax(x) along `axis`, computed in one pass over blocks of `block` elements with a running max and a
+    rescaled running sum (the streaming form that flash attention uses)."""
+
+
 # analysis: the shape and dtype of every term -----------------------------------------------------
 # Functions without a merge: two merged terms of different shapes or dtypes stop egglog with an error,
 # which is what an unsound rule should do.
@@ -195,6 +211,11 @@ def _analysis_rules() -> Iterator[RewriteOrRule]:
     for window in (Slice, Pad):
         yield rule(eq(x).to(window(a, starts, shape)), dtype_of(a) == dtype).then(
             set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(dtype))
+    # patterns
+    yield rule(eq(x).to(MatMul(a, b, shape, axis)), dtype_of(a) == dtype).then(
+        set_(shape_of(x)).to(shape.remove(axis)), set_(dtype_of(x)).to(dtype))
+    yield rule(eq(x).to(OnlineSoftmax(a, axis, bits)), shape_of(a) == shape, dtype_of(a) == dtype).then(
+        set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(dtype))
     for rank in range(MAX_RANK + 1):
         yield rule(eq(x).to(Permute(a, axes)), shape_of(a) == shape, dtype_of(a) == dtype,
                    axes.length() == i64(rank)).then(
@@ -207,11 +228,13 @@ CONSTRUCTORS: dict[str, Callable[..., TExpr]] = {
     "Input": Input, "Const": Const, "Iota": Iota, "Exp2": Exp2, "Log2": Log2, "Sin": Sin, "Sqrt": Sqrt,
     "Recip": Recip, "Add": Add, "Mul": Mul, "Mod": Mod, "LessThan": LessThan, "Sum": Sum, "Max": Max, "Cast": Cast,
     "Reshape": Reshape, "Permute": Permute, "Expand": Expand, "Slice": Slice, "Pad": Pad, "Contiguous": Contiguous,
+    "MatMul": MatMul, "OnlineSoftmax": OnlineSoftmax,
 }
 LEAVES, VIEWS, REDUCTIONS = {"Input", "Const", "Iota"}, {"Reshape", "Permute", "Expand", "Slice", "Pad"}, {"Sum", "Max"}
-COSTS: dict[str, int] = {name: LEAF_COST if name in LEAVES else VIEW_COST if name in VIEWS
-                         else REDUCE_COST if name in REDUCTIONS else ELEMENTWISE_COST for name in CONSTRUCTORS}
-assert set(CONSTRUCTORS) == set(OPS), "every constructor is read back by eclasses.OPS, and only those"
+COSTS: dict[str, float] = {name: LEAF_COST if name in LEAVES else VIEW_COST if name in VIEWS
+                           else REDUCE_COST if name in REDUCTIONS else math.inf if name in PATTERN_OPS
+                           else ELEMENTWISE_COST for name in CONSTRUCTORS}
+assert set(CONSTRUCTORS) == set(OPS) | PATTERN_OPS, "every constructor is read back by eclasses, and only those"
 
 
 # graph -> e-graph --------------------------------------------------------------------------------

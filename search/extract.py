@@ -3,8 +3,15 @@
 Views cost almost nothing (they are free until materialised), elementwise ops one unit, reductions two;
 the cost of a term is the sum over its tree (a shared subterm counts once per use). This is the
 placeholder for the search proper (beam search and MCTS over the same e-class tables).
+
+Pattern nodes (MatMul, OnlineSoftmax) cost infinity: partition lowers only primitives and views, and every
+pattern's e-class also holds the primitive form it was recognised from, so that form is chosen. A graph
+whose extraction fails raises `ExtractionError` (rewrites/eclasses.py); there is no fallback to the input
+graph, which would hide an unsound rule.
 """
 from __future__ import annotations
+
+import math
 
 from tensorsmith.ir.graph import Graph
 from tensorsmith.rewrites.eclasses import EClasses, ENode, cheapest
@@ -19,6 +26,7 @@ OP_COSTS: dict[str, float] = {
     "Exp2": ELEMENTWISE, "Log2": ELEMENTWISE, "Sin": ELEMENTWISE, "Sqrt": ELEMENTWISE, "Recip": ELEMENTWISE,
     "Add": ELEMENTWISE, "Mul": ELEMENTWISE, "Mod": ELEMENTWISE, "LessThan": ELEMENTWISE,
     "Cast": ELEMENTWISE, "Contiguous": ELEMENTWISE,
+    "MatMul": math.inf, "OnlineSoftmax": math.inf,   # no primitive Node yet: never chosen
 }
 
 

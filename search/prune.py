@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import z3
@@ -113,8 +114,11 @@ class ScheduleVerdict:
     violated: str | None      # the first constraint it breaks, or None
 
 
-def feasible_schedules(facts: KernelFacts, target: Target) -> list[ScheduleVerdict]:
-    """Every point of the archetype's space, each checked by Z3 against the constraints (in space order)."""
+@lru_cache(maxsize=1024)
+def feasible_schedules(facts: KernelFacts, target: Target) -> tuple[ScheduleVerdict, ...]:
+    """Every point of the archetype's space, each checked by Z3 against the constraints (in space order).
+
+    Cached by facts: kernels that share them (most do) share the answer."""
     var, rules = schedule_constraints(facts, target)
     space = ARCHETYPES[facts.archetype]
     names = list(space)
@@ -127,7 +131,7 @@ def feasible_schedules(facts: KernelFacts, target: Target) -> list[ScheduleVerdi
                 violated = label
                 break
         verdicts.append(ScheduleVerdict(Schedule.of(**dict(zip(names, values))), violated))
-    return verdicts
+    return tuple(verdicts)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -166,7 +170,9 @@ class AbstractChecker:
         solver.set("timeout", self.timeout_ms)
         solver.add(z3.Or(differing))
         answer = solver.check()
-        return {z3.unsat: True, z3.sat: False}.get(answer)
+        if answer == z3.unsat:
+            return True
+        return False if answer == z3.sat else None
 
     def _function(self, name: str, arity: int) -> z3.FuncDeclRef:
         key = (name, arity)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from tensorsmith.codegen.emit import NotFusable
 from tensorsmith.codegen.render import render_kernel
-from tensorsmith.codegen.schedules import is_valid
+from tensorsmith.codegen.schedules import default_schedule, is_valid
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.ops import Op
@@ -27,6 +27,7 @@ from .cost import kernel_seconds
 from .partition import legalise, materialisable
 from .prune import AbstractChecker, feasible_schedules, kernel_facts, schedule_space_size
 
+RENDERED_PER_KERNEL = 6      # schedules per kernel that must render; more than any strategy branches on
 Boundaries = frozenset[int]   # positions in graph.nodes() of the nodes that get a buffer
 
 
@@ -175,36 +176,45 @@ class CandidateSpace:
         return f"{len(program.kernels)} kernels: " + "; ".join(parts)
 
     def _schedule(self, program: KernelProgram, position: int) -> ScheduleOptions:
+        """Z3 and is_valid filter the whole space; the survivors are costed, and rendered cheapest first
+        (codegen's default schedule first among equals) until RENDERED_PER_KERNEL of them render."""
         kernel = program.kernels[position]
         shapes = {name: buf.shape for name, buf in program.buffers.items()}
         self.stats.kernels_scheduled += 1
         try:
             facts = kernel_facts(kernel, shapes)
+            default = default_schedule(kernel, shapes)
         except NotFusable:
             return ScheduleOptions((), ())
-        verdicts = feasible_schedules(facts, self.target)
         self.stats.schedules_considered += schedule_space_size(kernel.archetype)
-        scored: list[tuple[float, int, Schedule]] = []
-        for order, verdict in enumerate(verdicts):
+        costed: list[tuple[float, int, Schedule]] = []
+        for order, verdict in enumerate(feasible_schedules(facts, self.target)):
             if verdict.violated is not None:
                 self.stats.pruned_schedule_z3 += 1
-                continue
-            if not is_valid(kernel.archetype, verdict.schedule):
+            elif not is_valid(kernel.archetype, verdict.schedule):
                 self.stats.invalid_schedule += 1
-                continue
-            trial = dataclasses.replace(kernel, schedule=verdict.schedule)
-            probe = dataclasses.replace(program, kernels=[*program.kernels[:position], trial,
-                                                          *program.kernels[position + 1:]])
+            else:
+                trial = dataclasses.replace(kernel, schedule=verdict.schedule)
+                seconds = kernel_seconds(trial, _with_kernel(program, position, trial), self.target)
+                if math.isfinite(seconds):
+                    costed.append((seconds, -1 if verdict.schedule == default else order, verdict.schedule))
+        costed.sort(key=lambda item: (item[0], item[1]))
+        kept: list[tuple[float, Schedule]] = []
+        for seconds, _, schedule in costed:
+            trial = dataclasses.replace(kernel, schedule=schedule)
             try:
-                render_kernel(probe, position)
+                render_kernel(_with_kernel(program, position, trial), position)
             except Exception:    # NotFusable, or a template that cannot take this schedule
                 self.stats.render_failed += 1
                 continue
-            seconds = kernel_seconds(trial, probe, self.target)
-            if math.isfinite(seconds):
-                scored.append((seconds, order, verdict.schedule))
-        scored.sort(key=lambda item: (item[0], item[1]))
-        return ScheduleOptions(tuple(s for _, _, s in scored), tuple(t for t, _, _ in scored))
+            kept.append((seconds, schedule))
+            if len(kept) == RENDERED_PER_KERNEL:
+                break
+        return ScheduleOptions(tuple(s for _, s in kept), tuple(t for t, _ in kept))
+
+
+def _with_kernel(program: KernelProgram, position: int, kernel: Kernel) -> KernelProgram:
+    return dataclasses.replace(program, kernels=[*program.kernels[:position], kernel, *program.kernels[position + 1:]])
 
 
 def kernel_structure(kernel: Kernel, program: KernelProgram) -> tuple:

@@ -6,6 +6,9 @@ from typing import Mapping
 
 import numpy as np
 
+from tensorsmith.ir.interpreter import evaluate_nodes
+from tensorsmith.ir.ops import Op
+
 from tensorsmith.ir.dtypes import DType, round_to
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
@@ -74,11 +77,22 @@ def tolerance(output: Node) -> float:
     return max(TOLERANCE[node.dtype] for node in toposort([output]) if node.dtype.is_float or node is output)
 
 
-def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int = 2) -> list[Check]:
-    """Execute the KernelProgram in numpy on `draws` fresh input sets; raise VerificationError on a mismatch."""
+SHORT_MAX = 4            # a max over this many elements or fewer is elementwise in disguise
+LARGE_MAGNITUDE = 80.0   # softmax and log-sum-exp inputs up to +-80: exp overflows float32 unless the max is taken
+
+
+def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int = 2,
+                   large: bool = False) -> list[Check]:
+    """Execute the KernelProgram in numpy on `draws` fresh input sets; raise VerificationError on a mismatch.
+
+    With `large`, a softmax-like graph (a max reduction and an exponential) also gets a draw uniform in
+    +-LARGE_MAGNITUDE, where its dtypes allow it (`large_inputs` returns None where they do not).
+    """
     checks: list[Check] = []
-    for draw in range(draws):
-        inputs = random_inputs(graph, seed + draw, scale=1.0 + 2.0 * draw)  # a wider second draw
+    draws_inputs = [random_inputs(graph, seed + draw, scale=1.0 + 2.0 * draw) for draw in range(draws)]
+    if large and (wide := large_inputs(graph, seed + draws)) is not None:
+        draws_inputs.append(wide)
+    for draw, inputs in enumerate(draws_inputs):
         checks = compare(graph, program.execute(inputs), evaluate(graph, inputs))
         failed = [c for c in checks if not c.ok]
         if failed:
@@ -87,3 +101,34 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
                                     f" output {worst.output!r}: relative L2 error {worst.error:.3g} >"
                                     f" {worst.tolerance:g} (seed {seed + draw})")
     return checks
+
+
+def softmax_like(graph: Graph) -> bool:
+    """A max reduction over more than a few elements and an exponential: the graphs whose stability
+    large inputs test (a max of two, as in `maximum` or `abs`, does not count)."""
+    nodes = graph.nodes()
+    return (any(n.op == Op.EXP2 for n in nodes)
+            and any(n.op == Op.MAX and n.srcs[0].shape[n.arg] > SHORT_MAX for n in nodes))
+
+
+def large_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray] | None:
+    """Float inputs uniform in +-LARGE_MAGNITUDE for a softmax-like graph, or None where that does not apply:
+    the graph is not softmax-like, or some value on the way would not fit its dtype (a float16 temporary
+    that overflows would make the reference, not the candidate, meaningless)."""
+    if not softmax_like(graph):
+        return None
+    rng = np.random.default_rng(seed)
+    inputs = random_inputs(graph, seed)
+    for name, node in graph.inputs.items():
+        if node.dtype.is_float:
+            inputs[name] = round_to(rng.uniform(-LARGE_MAGNITUDE, LARGE_MAGNITUDE, node.shape),
+                                    node.dtype).astype(inputs[name].dtype)
+    values = evaluate_nodes(graph.outputs.values(), {k: np.asarray(v, np.float64) if v.dtype.kind == "f" else v
+                                                     for k, v in inputs.items()})
+    for node in toposort(graph.outputs.values()):
+        if node.dtype.is_float and node.dtype != DType.FLOAT32:
+            limit = float(np.finfo(np.float16).max) if node.dtype == DType.FLOAT16 else 3.0e38
+            with np.errstate(invalid="ignore"):
+                if np.nanmax(np.abs(np.asarray(values[id(node)], np.float64)), initial=0.0) > limit:
+                    return None
+    return inputs
