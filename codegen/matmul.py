@@ -13,10 +13,11 @@ from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import MatmulMatch, match_matmul
 
-from .emit import Emitter, NotFusable, delinearize
+from .emit import Emitter, NotFusable, delinearize, linear_index
 
 MMA_TYPES = {DType.FLOAT16: ("__half", "__float2half_rn"), DType.BFLOAT16: ("__nv_bfloat16", "__float2bfloat16_rn")}
 MIN_DIM = 16   # one tensor-core fragment; smaller products stay on the CUDA cores
+CHUNK = 8      # fp16/bf16 elements in one 16-byte copy
 
 
 def tensor_core_match(node: Node) -> MatmulMatch | None:
@@ -38,12 +39,15 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         raise NotFusable(reduces[0] if reduces else out, "the output is not elementwise over one matmul")
     batch = tuple(f"b{axis}" for axis in range(len(match.batch_shape)))
     coords = list(zip(batch, delinearize("batch", match.batch_shape)))
-    load_a, value_a, a_major = _operand(shapes, match.lhs, batch + ("m", "kk", "0"), ("kk", "m"))
-    load_b, value_b, b_major = _operand(shapes, match.rhs, batch + ("0", "kk", "n"), ("n", "kk"))
+    load_a, value_a, a_major, copy_a = _operand(shapes, match.lhs, batch + ("m", "kk", "0"), ("kk", "m"))
+    load_b, value_b, b_major, copy_b = _operand(shapes, match.rhs, batch + ("0", "kk", "n"), ("n", "kk"))
+    m, n, k = match.dims
+    fast = {"kk": k, "m": m, "n": n}
+    copy_a = copy_a if fast[a_major] % CHUNK == 0 else None   # whole 16-byte chunks, in or out of the matrix
+    copy_b = copy_b if fast[b_major] % CHUNK == 0 else None
     epilogue = Emitter(shapes, indent=5)
     epilogue.reduced[id(match.reduce)] = (batch + ("m", "n"), "acc")
     epilogue.store(name, out.dtype, batch + ("m", "n"), epilogue.value(out, batch + ("m", "n")))
-    m, n, k = match.dims
     bm, bn = schedule["bm"], schedule["bn"]
     batches = 1
     for dim in match.batch_shape:
@@ -54,6 +58,7 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         "warps_m": schedule["warps_m"], "warps_n": schedule["warps_n"], "mma_type": mma_type, "to_mma": to_mma,
         "load_a": "\n".join(load_a), "value_a": value_a, "load_b": "\n".join(load_b), "value_b": value_b,
         "a_major": "k" if a_major == "kk" else "m", "b_major": "n" if b_major == "n" else "k",
+        "copy_a": copy_a, "copy_b": copy_b,
         "epilogue": "\n".join(epilogue.lines), "block": (32 * schedule["warps_m"] * schedule["warps_n"], 1, 1),
         "grid": (-(-n // bn), -(-m // bm), batches),
         "strategy": f"{bm}x{bn} tiles on tensor cores ({mma_type} x {mma_type} -> float), K in steps of {schedule['bk']}",
@@ -61,14 +66,23 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
 
 
 def _operand(shapes: dict, node: Node, index: tuple[str, ...],
-             axes: tuple[str, str]) -> tuple[list[str], str, str]:
-    """The statements and value of one operand at `index`, and which of its two tile axes is contiguous.
+             axes: tuple[str, str]) -> tuple[list[str], str, str, dict | None]:
+    """One operand at `index`: its statements, its value, which tile axis is contiguous, and a copy plan.
 
     The contiguous axis is the one that indexes the innermost dimension of the operand's largest load,
-    so that consecutive threads of the tile loader read consecutive addresses.
+    so that consecutive threads of the tile loader read consecutive addresses. The copy plan is set when
+    the operand is nothing but a load of a buffer of the tensor cores' dtype, contiguous along that axis
+    in whole 16-byte chunks: then tiles are copied 16 bytes at a time, with no conversion.
     """
     emitter = Emitter(shapes, indent=3)
     value = emitter.value(node, index)
     loads = sorted(emitter.accesses, key=lambda access: -access[0].size)
     innermost = loads[0][1][-1] if loads else axes[0]
-    return emitter.lines, value, axes[1] if innermost == axes[1] else axes[0]
+    major = axes[1] if innermost == axes[1] else axes[0]
+    copy = None
+    if len(loads) == 1 and len(emitter.lines) == 1 and loads[0][0].dtype == node.dtype:
+        leaf, where = loads[0]
+        shape = shapes[leaf.arg]
+        if where[-1] == major and shape[-1] % CHUNK == 0:
+            copy = {"buffer": leaf.arg, "offset": linear_index(where, shape)}
+    return emitter.lines, value, major, copy

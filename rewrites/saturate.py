@@ -9,19 +9,29 @@ limits are checked between calls. The e-graph is pushed before each call and pop
 Because the scheduler starts afresh at every call, a rule banned in a call's first iteration (more matches
 than the match limit) and banned for longer than the call lasts would never run at all. So, unless one is
 given, the match limit grows with the e-graph: max(MIN_MATCH_LIMIT, e-nodes) at each call.
+
+Saturation is staged (`STAGES`): "algebra" (identities, commutativity, views, folding, factoring, the laws of
+sum and max) runs to saturation or its iteration limit; then "reassociate" (associativity, distribution,
+exp2 splitting, which grow the e-graph exponentially) runs a couple of iterations under a growth limit of its
+own, rolled back if crossed; then "patterns" (matmul, RMSNorm into matmul, online softmax) recognises the
+forms the later stages match on. (The fusion stage of issue 3 is not built yet.) A rule's `derive` pass
+(constant folding) runs after every egglog call of its stage. The report has every call, tagged with its stage,
+and how often each rule matched.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from egglog import EGraph, Ruleset, back_off, run, ruleset
+from egglog import EGraph, Ruleset, back_off, run, ruleset, union
 
 from tensorsmith.ir.graph import Graph
 
-from .eclasses import read_eclasses
+from .eclasses import EClasses, read_eclasses
 from .rules import RULES, Rule
 from .term import TExpr, analysis, to_egglog
 
@@ -32,10 +42,29 @@ MIN_MATCH_LIMIT = 1000
 
 
 @dataclass(frozen=True)
+class Stage:
+    """A saturation stage: its name (rules say which stage they run in), its most iterations (the caller's
+    `iterations` caps it too), and the e-graph growth it may cause (a factor of its size at the stage's start;
+    a call that crosses it is rolled back and the stage ends)."""
+
+    name: str
+    max_iterations: int
+    max_growth: float = float("inf")
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("algebra", DEFAULT_ITERATIONS),
+    Stage("reassociate", 2, max_growth=3.0),
+    Stage("patterns", 4),
+)
+
+
+@dataclass(frozen=True)
 class StageReport:
     """One egglog call: rule iterations run, e-graph size after it, and its wall time.
 
     A `discarded` stage crossed the node limit and was rolled back; its sizes say how far it got.
+    `stage` names the saturation stage the call belongs to ("load" for loading the graph).
     """
 
     iterations: int
@@ -43,6 +72,7 @@ class StageReport:
     eclasses: int
     seconds: float
     discarded: bool = False
+    stage: str = "load"
 
 
 @dataclass(frozen=True)
@@ -51,6 +81,22 @@ class SaturationReport:
 
     stages: tuple[StageReport, ...]
     stopped: str  # "saturated", "iterations", "node_limit" or "time_limit"
+    stage_stops: tuple[tuple[str, str], ...] = ()   # (stage, why it stopped: the above or "growth_limit")
+    matches: tuple[tuple[str, int], ...] = ()       # (rule name, matches over the whole saturation)
+
+    def per_stage(self) -> list[tuple[str, int, int, float]]:
+        """(stage, iterations, e-nodes at its end, seconds) for the load and every stage that ran."""
+        rows: dict[str, list] = {}
+        for stage in self.stages:
+            row = rows.setdefault(stage.stage, [stage.stage, 0, 0, 0.0])
+            row[3] += stage.seconds
+            if not stage.discarded:
+                row[1] += stage.iterations
+                row[2] = stage.enodes
+        for row in rows.values():
+            if row[2] == 0:
+                row[2] = self.stages[0].enodes
+        return [tuple(row) for row in rows.values()]  # type: ignore[misc]
 
     @property
     def kept(self) -> tuple[StageReport, ...]:
@@ -94,40 +140,96 @@ def rule_set(rules: tuple[Rule, ...]) -> Ruleset:
     return ruleset(*(r for rule in rules for r in rule.rewrites))
 
 
-def _stage(egraph: EGraph, roots: dict[str, TExpr], iterations: int, seconds: float) -> StageReport:
+@functools.cache
+def _rule_names(rules: tuple[Rule, ...]) -> dict[object, str]:
+    """egglog's key for each rewrite in a run report -> the name of its Rule."""
+    return {r.decl: rule.name for rule in rules for r in rule.rewrites}
+
+
+def _stage(egraph: EGraph, roots: dict[str, TExpr], iterations: int, seconds: float,
+           name: str) -> tuple[StageReport, EClasses]:
     classes = read_eclasses(egraph, roots)
-    return StageReport(iterations, classes.num_enodes, len(classes.nodes), seconds)
+    return StageReport(iterations, classes.num_enodes, len(classes.nodes), seconds, stage=name), classes
+
+
+def _derive(egraph: EGraph, rules: Sequence[Rule], classes: EClasses, matches: Counter[str]) -> bool:
+    """Run the rules' derive passes once; True when they merged anything."""
+    merges = []
+    for rule in rules:
+        if rule.derive is not None:
+            found = rule.derive(classes)
+            matches[rule.name] += len(found)
+            merges += [union(lhs).with_(rhs) for lhs, rhs in found]
+    if merges:
+        egraph.register(*merges)
+        egraph.run(analysis.saturate())
+    return bool(merges)
 
 
 def saturate(graph: Graph, rules: Sequence[Rule] = RULES, iterations: int = DEFAULT_ITERATIONS,
              node_limit: int = DEFAULT_NODE_LIMIT, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-             iterations_per_run: int = 2, match_limit: int | None = None, ban_length: int = 5) -> Saturated:
-    """Load `graph` into an e-graph and apply `rules` until saturated or a limit is reached."""
+             iterations_per_run: int = 2, match_limit: int | None = None, ban_length: int = 5,
+             stages: Sequence[Stage] = STAGES) -> Saturated:
+    """Load `graph` into an e-graph and apply `rules`, stage by stage, until saturated or a limit is reached.
+
+    `iterations` caps each stage; `node_limit` and `time_limit_s` hold for the whole saturation.
+    """
     start = time.perf_counter()
     egraph, roots = to_egglog(graph)
     egraph.run(analysis.saturate())
-    stages = [_stage(egraph, roots, 0, time.perf_counter() - start)]
-    rules_run = rule_set(tuple(rules))
-    done, stopped = 0, "iterations"
+    load, classes = _stage(egraph, roots, 0, time.perf_counter() - start, "load")
+    reports = [load]
+    matches: Counter[str] = Counter()
+    stage_stops: list[tuple[str, str]] = []
+    stopped = "saturated"
+    for stage in stages:
+        chosen = tuple(rule for rule in rules if rule.stage == stage.name)
+        if not chosen:
+            continue
+        why, classes = _run_stage(egraph, roots, stage, chosen, classes, reports, matches, start,
+                                  min(iterations, stage.max_iterations), node_limit, time_limit_s,
+                                  iterations_per_run, match_limit, ban_length)
+        stage_stops.append((stage.name, why))
+        if why in ("node_limit", "time_limit"):
+            stopped = why
+            break
+        if why == "iterations":
+            stopped = "iterations"
+    report = SaturationReport(tuple(reports), stopped, tuple(stage_stops), tuple(sorted(matches.items())))
+    return Saturated(egraph, roots, graph, report)
+
+
+def _run_stage(egraph: EGraph, roots: dict[str, TExpr], stage: Stage, rules: tuple[Rule, ...], classes: EClasses,
+               reports: list[StageReport], matches: Counter[str], start: float, iterations: int, node_limit: int,
+               time_limit_s: float, iterations_per_run: int, match_limit: int | None,
+               ban_length: int) -> tuple[str, EClasses]:
+    """Run one stage's rules in bounded egglog calls; append a report per call; say why it stopped."""
+    rules_run, names = rule_set(rules), _rule_names(rules)
+    growth_limit = stage.max_growth * classes.num_enodes
+    done = 0
     while done < iterations:
         if time.perf_counter() - start > time_limit_s:
-            stopped = "time_limit"
-            break
+            return "time_limit", classes
         k = min(iterations_per_run, iterations - done)
-        limit = match_limit if match_limit is not None else max(MIN_MATCH_LIMIT, stages[-1].enodes)
+        limit = match_limit if match_limit is not None else max(MIN_MATCH_LIMIT, classes.num_enodes)
         scheduler = back_off(match_limit=limit, ban_length=ban_length)
         began = time.perf_counter()
         egraph.push()
-        report = egraph.run((run(rules_run, scheduler=scheduler) + analysis.saturate()) * k)
-        stage = _stage(egraph, roots, k, time.perf_counter() - began)
-        if stage.enodes > node_limit:
+        run_report = egraph.run((run(rules_run, scheduler=scheduler) + analysis.saturate()) * k)
+        report, after = _stage(egraph, roots, k, time.perf_counter() - began, stage.name)
+        derived = _derive(egraph, rules, after, matches)
+        if derived:
+            report, after = _stage(egraph, roots, k, time.perf_counter() - began, stage.name)
+        if report.enodes > node_limit or report.enodes > growth_limit:
             egraph.pop()
-            stages.append(StageReport(k, stage.enodes, stage.eclasses, stage.seconds, discarded=True))
-            stopped = "node_limit"
-            break
-        stages.append(stage)
+            reports.append(dataclasses.replace(report, discarded=True))
+            return ("node_limit" if report.enodes > node_limit else "growth_limit"), classes
+        for key, count in run_report.num_matches_per_rule.items():
+            if key in names:
+                matches[names[key]] += count
+        reports.append(report)
+        classes = after
         done += k
-        if not report.updated:
-            stopped = "saturated"
-            break
-    return Saturated(egraph, roots, graph, SaturationReport(tuple(stages), stopped))
+        if not run_report.updated and not derived:
+            return "saturated", classes
+    return "iterations", classes

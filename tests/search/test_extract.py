@@ -95,8 +95,10 @@ def test_the_time_and_iteration_limits_stop_saturation() -> None:
     graph = wide_sum(6)
     assert saturate(graph, time_limit_s=0.0).report.stopped == "time_limit"
     assert saturate(graph, time_limit_s=0.0).report.iterations == 0
-    capped = saturate(graph, iterations=1)
-    assert capped.report.stopped in ("iterations", "saturated") and capped.report.iterations == 1
+    capped = saturate(graph, iterations=1)   # at most one iteration in each stage
+    assert capped.report.stopped in ("iterations", "saturated")
+    assert all(stage.iterations <= 1 for stage in capped.report.stages)
+    assert {name for name, _ in capped.report.stage_stops} == {"algebra", "reassociate", "patterns"}
 
 
 @pytest.mark.parametrize("case", list(CASES))

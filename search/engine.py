@@ -1,0 +1,237 @@
+"""search_program: from a graph to the fastest verified KernelProgram the search can find in its budget.
+
+The strategy, in order:
+1. beam search over kernel boundaries and schedules, scored by the cost model (`beam.py`);
+2. MCTS over the beam's boundary sets and their neighbours (`mcts.py`), rewarded by `measure` where the
+   caller gives one (a GPU is present) and by the cost model otherwise;
+3. the ranked candidates (measured time first where there is one, else predicted) are checked in turn:
+   Z3 abstract expression (already applied to every boundary set the search scored), then random tests
+   (`verify_program`, with a large-magnitude draw for softmax-like graphs); the first that passes wins.
+   A candidate is measured only after it has passed random testing.
+
+Determinism: every choice is ordered by structure or by a `random.Random(seed)`; the wall-clock budget only
+cuts the work short, and `stats.budget_hit` says when it did (then a slower machine may return another
+program). The greedy partition is always a candidate, so the winner is never predicted slower than it.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.kernel_program import KernelProgram
+from tensorsmith.ir.targets import Target, get_target
+
+from .beam import BeamConfig, beam
+from .cost import program_seconds
+from .mcts import MCTSConfig, mcts
+from .partition import partition, unfused
+from .prune import AbstractChecker
+from .space import Boundaries, Candidate, CandidateSpace
+from .verify import VerificationError, verify_program
+
+Measure = Callable[[KernelProgram], float]
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    beam: BeamConfig = BeamConfig()
+    mcts: MCTSConfig = MCTSConfig()
+    verify_draws: int = 2
+    max_verified: int = 8        # candidates random-tested before giving up on the ranked list
+
+
+@dataclass
+class SearchStats:
+    enumerated: int = 0            # distinct full candidates scored (boundaries x schedules)
+    boundary_sets: int = 0         # distinct legal kernel partitions met
+    pruned_by_z3: int = 0          # schedule points + partitions Z3 pruned
+    pruned_schedule_z3: int = 0
+    pruned_expression_z3: int = 0
+    expression_undecided: int = 0
+    invalid_schedule: int = 0
+    render_failed: int = 0
+    failed_verification: int = 0
+    verified: int = 0
+    measured: int = 0
+    seconds: float = 0.0
+    budget_hit: bool = False
+
+
+@dataclass(frozen=True)
+class SearchProgress:
+    """What a progress bar shows."""
+
+    tried: int
+    pruned: int
+    verified: int
+    best_us: float | None
+
+
+@dataclass
+class SearchResult:
+    program: KernelProgram
+    predicted_us: float
+    measured_us: float | None
+    history: list[dict[str, Any]]
+    stats: SearchStats
+    greedy_us: float = math.nan      # the greedy partition at codegen's default schedules, predicted
+    unfused_us: float = math.nan     # one kernel per op at default schedules, predicted
+
+    def summary(self) -> dict[str, Any]:
+        return {"predicted_us": self.predicted_us, "measured_us": self.measured_us, "greedy_us": self.greedy_us,
+                "unfused_us": self.unfused_us, **asdict(self.stats)}
+
+
+@dataclass
+class _Run:
+    """The mutable state of one search: the space, what was tried, the clock."""
+
+    space: CandidateSpace
+    graph: Graph
+    seed: int
+    cfg: SearchConfig
+    deadline: float
+    measure: Measure | None
+    progress: Callable[[SearchProgress], None] | None
+    predicted: dict[Candidate, float] = field(default_factory=dict)
+    measured: dict[Candidate, float] = field(default_factory=dict)
+    verdicts: dict[Boundaries, bool] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    stats: SearchStats = field(default_factory=SearchStats)
+
+    def score(self, candidate: Candidate, seconds: float) -> None:
+        if candidate in self.predicted:
+            return
+        self.predicted[candidate] = seconds
+        self.stats.enumerated += 1
+        self.history.append({"name": f"candidate {len(self.history)}", "description": self.space.describe(candidate),
+                             "predicted_us": seconds * 1e6, "measured_us": None, "verdict": "scored"})
+        self._entry[candidate] = self.history[-1]
+        self.report()
+
+    def verify(self, candidate: Candidate) -> bool:
+        """Random tests of the candidate's program (per boundary set: the numpy executor ignores schedules)."""
+        boundaries = candidate.boundaries
+        if boundaries not in self.verdicts:
+            try:
+                verify_program(self.graph, self.space.build(candidate), self.seed, self.cfg.verify_draws, large=True)
+                self.verdicts[boundaries] = True
+                self.stats.verified += 1
+            except VerificationError:
+                self.verdicts[boundaries] = False
+                self.stats.failed_verification += 1
+        entry = self._entry.get(candidate)
+        if entry is not None:
+            entry["verdict"] = "verified" if self.verdicts[boundaries] else "failed verification"
+        self.report()
+        return self.verdicts[boundaries]
+
+    def evaluate(self, candidate: Candidate) -> float | None:
+        """MCTS's reward: measured seconds of a verified candidate, or the cost model's without `measure`."""
+        seconds = self.space.seconds(candidate)
+        self.score(candidate, seconds)
+        if self.measure is None:
+            return seconds
+        if not self.verify(candidate):
+            return None
+        if candidate not in self.measured:
+            self.measured[candidate] = float(self.measure(self.space.build(candidate)))
+            self.stats.measured += 1
+            self._entry[candidate]["measured_us"] = self.measured[candidate] * 1e6
+        return self.measured[candidate]
+
+    def report(self) -> None:
+        if self.progress is None:
+            return
+        best = min(self.measured.values(), default=None) if self.measured else min(self.predicted.values(),
+                                                                                    default=None)
+        space = self.space.stats
+        self.progress(SearchProgress(self.stats.enumerated, space.pruned_schedule_z3 + space.pruned_expression_z3,
+                                     self.stats.verified, best * 1e6 if best is not None else None))
+
+    def __post_init__(self) -> None:
+        self._entry: dict[Candidate, dict[str, Any]] = {}
+
+
+def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float = 60.0, seed: int = 0,
+                   measure: Measure | None = None, progress: Callable[[SearchProgress], None] | None = None,
+                   config: SearchConfig | None = None) -> SearchResult:
+    """The fastest verified KernelProgram for `graph` that the search finds within `budget_s` seconds.
+
+    >>> result = search_program(graph, "sm90", budget_s=10)
+    >>> result.program.kernels[0].schedule, result.stats.verified
+    """
+    start = time.monotonic()
+    target = get_target(target) if isinstance(target, str) else target
+    cfg = config or SearchConfig(BeamConfig(seed=seed), MCTSConfig(seed=seed))
+    space = CandidateSpace(graph, target, AbstractChecker())
+    run = _Run(space, graph, seed, cfg, start + budget_s, measure, progress)
+    ranked = beam(space, cfg.beam, run.deadline, run.score)
+    roots = _mcts_roots(space, ranked)
+    if roots and time.monotonic() < run.deadline:
+        mcts(space, roots, run.evaluate, cfg.mcts, run.deadline)
+    greedy = _greedy_candidate(space)
+    if greedy is not None:
+        run.score(greedy, space.seconds(greedy))
+    winner = _choose(run)
+    result = _result(run, winner, start)
+    result.stats.budget_hit = time.monotonic() > run.deadline
+    return result
+
+
+def _mcts_roots(space: CandidateSpace, ranked: list[tuple[float, Candidate]]) -> list[Boundaries]:
+    """The beam's boundary sets, best first, then one move from the best of them."""
+    roots = list(dict.fromkeys(candidate.boundaries for _, candidate in ranked))
+    if roots:
+        roots += [b for b in space.neighbours(roots[0]) if b not in roots and space.expression_ok(b)][:4]
+    return roots
+
+
+def _greedy_candidate(space: CandidateSpace) -> Candidate | None:
+    greedy = space.greedy()
+    options = [space.options(greedy, p) for p in range(len(space.program(greedy).kernels))]
+    if any(not o.schedules for o in options):
+        return None
+    return Candidate(greedy, tuple(o.schedules[0] for o in options))
+
+
+def _choose(run: _Run) -> Candidate:
+    """The best candidate that passes random testing: by measured time where measured, else predicted."""
+    def rank(candidate: Candidate) -> tuple:
+        measured = run.measured.get(candidate)
+        return (0 if measured is not None else 1, measured if measured is not None else run.predicted[candidate],
+                sorted(candidate.boundaries), [str(s) for s in candidate.schedules])
+
+    tried = 0
+    for candidate in sorted(run.predicted, key=rank):
+        if run.verdicts.get(candidate.boundaries) is False:
+            continue
+        if not run.space.expression_ok(candidate.boundaries):
+            continue
+        if run.verify(candidate):
+            return candidate
+        tried += 1
+        if tried >= run.cfg.max_verified:
+            break
+    raise VerificationError(f"no candidate program for graph {run.graph.name!r} passed random testing"
+                            f" ({run.stats.failed_verification} failed)")
+
+
+def _result(run: _Run, winner: Candidate, start: float) -> SearchResult:
+    space, stats = run.space, run.stats
+    stats.boundary_sets = space.stats.boundary_sets
+    stats.pruned_schedule_z3 = space.stats.pruned_schedule_z3
+    stats.pruned_expression_z3 = space.stats.pruned_expression_z3
+    stats.expression_undecided = space.stats.expression_undecided
+    stats.pruned_by_z3 = stats.pruned_schedule_z3 + stats.pruned_expression_z3
+    stats.invalid_schedule = space.stats.invalid_schedule
+    stats.render_failed = space.stats.render_failed
+    stats.seconds = time.monotonic() - start
+    run._entry[winner]["verdict"] = "winner"
+    return SearchResult(space.build(winner), run.predicted[winner] * 1e6,
+                        run.measured[winner] * 1e6 if winner in run.measured else None, run.history, stats,
+                        greedy_us=program_seconds(partition(run.graph), space.target) * 1e6,
+                        unfused_us=program_seconds(unfused(run.graph), space.target) * 1e6)

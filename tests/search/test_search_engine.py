@@ -1,0 +1,86 @@
+"""search_program: verified, no slower than greedy or unfused, deterministic, within budget, GPU-rewardable."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from graph_cases import CASES
+
+from tensorsmith.codegen.schedules import is_valid
+from tensorsmith.ir.kernel_program import KernelProgram
+from tensorsmith.ir.targets import get_target
+from tensorsmith.search.beam import BeamConfig
+from tensorsmith.search.cost import program_seconds
+from tensorsmith.search.engine import SearchConfig, SearchProgress, search_program
+from tensorsmith.search.mcts import MCTSConfig
+from tensorsmith.search.partition import partition
+from tensorsmith.search.space import program_structure
+from tensorsmith.search.verify import verify_program
+
+SM90 = get_target("sm90")
+QUICK = SearchConfig(BeamConfig(width=3, rounds=2), MCTSConfig(iterations=16))
+
+
+@pytest.mark.parametrize("case", ["many_short_rows", "matmul", "integers", "shared_outputs", "views"])
+def test_search_returns_a_verified_scheduled_program_no_slower_than_greedy(case: str) -> None:
+    graph = CASES[case]()
+    result = search_program(graph, "sm90", budget_s=30, config=QUICK)
+    verify_program(graph, result.program, seed=11)
+    assert all(kernel.schedule.params and is_valid(kernel.archetype, kernel.schedule)
+               for kernel in result.program.kernels)
+    predicted = program_seconds(result.program, SM90) * 1e6
+    assert predicted == pytest.approx(result.predicted_us)
+    assert predicted <= result.greedy_us * (1 + 1e-9) and predicted <= result.unfused_us
+    stats = result.stats
+    assert stats.enumerated >= 1 and stats.verified >= 1 and stats.boundary_sets >= 1
+    assert stats.pruned_by_z3 == stats.pruned_schedule_z3 + stats.pruned_expression_z3
+    assert [e["verdict"] for e in result.history].count("winner") == 1
+    assert all(set(e) >= {"name", "description", "predicted_us", "measured_us", "verdict"} for e in result.history)
+
+
+def test_search_finds_better_schedules_than_the_defaults() -> None:
+    graph = CASES["norms"]()
+    result = search_program(graph, "sm90", budget_s=30, config=QUICK)
+    assert result.predicted_us < result.greedy_us
+
+
+def test_same_seed_same_program() -> None:
+    graph = CASES["attention"]()
+    first = search_program(graph, "sm90", budget_s=30, seed=3, config=QUICK)
+    again = search_program(CASES["attention"](), "sm90", budget_s=30, seed=3, config=QUICK)
+    assert not first.stats.budget_hit and not again.stats.budget_hit
+    assert program_structure(first.program) == program_structure(again.program)
+    assert [e["description"] for e in first.history] == [e["description"] for e in again.history]
+
+
+def test_a_spent_budget_still_returns_a_verified_program() -> None:
+    graph = CASES["norms"]()
+    result = search_program(graph, "sm90", budget_s=0.0)
+    assert result.stats.budget_hit and result.stats.seconds < 20
+    verify_program(graph, result.program, seed=1)
+
+
+def test_measured_time_is_the_reward_and_picks_the_winner() -> None:
+    graph = CASES["many_short_rows"]()
+    measured: list[KernelProgram] = []
+
+    def measure(program: KernelProgram) -> float:   # a "GPU" that disagrees with the model: it likes 64 threads
+        verify_program(graph, program, seed=7)         # only verified candidates are ever measured
+        measured.append(program)
+        return sum(1e-6 * (1 if k.schedule.as_dict().get("row_threads") == 64 else 5) for k in program.kernels)
+
+    progress: list[SearchProgress] = []
+    result = search_program(graph, "sm90", budget_s=30, measure=measure, progress=progress.append,
+                            config=SearchConfig(BeamConfig(width=2, rounds=1), MCTSConfig(iterations=24,
+                                                                                         schedules_per_kernel=6)))
+    assert measured and result.stats.measured == len(measured)
+    assert result.measured_us == min(e["measured_us"] for e in result.history if e["measured_us"] is not None)
+    assert math.isclose(result.measured_us, 1e-6 * 1e6 * len(result.program.kernels)) or result.measured_us <= min(
+        measure(p) for p in measured) * 1e6
+    assert progress and progress[-1].tried == result.stats.enumerated and progress[-1].best_us is not None
+
+
+def test_winner_is_never_predicted_slower_than_greedy_partition_with_its_defaults() -> None:
+    graph = CASES["rope"]()
+    result = search_program(graph, "sm90", budget_s=30, config=QUICK)
+    assert result.predicted_us <= program_seconds(partition(graph), SM90) * 1e6 * (1 + 1e-9)
