@@ -39,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser("inspect", help="show the kernels of a compiled program folder")
     inspect.add_argument("folder", help="a folder written by `tensorsmith compile`")
     inspect.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    rewrites = commands.add_parser("rewrites", help="show what the rewrite rules do to a model's graph",
+                                   description="Saturate a model's e-graph and print which rules fired, how often,"
+                                               " and the e-graph's size per stage.")
+    rewrites.add_argument("model", help="a model.py defining a tensorsmith Graph")
+    rewrites.add_argument("--graph", help="which graph, when model.py defines several")
+    rewrites.add_argument("--dot", metavar="FILE", help="also write the e-graph as a Graphviz file")
+    rewrites.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     run = commands.add_parser("run", help="run a compiled program folder and check it against the reference",
                               description="Run a compiled program on random inputs (or --inputs) and, with --check,"
                                           " compare every output with the reference interpreter (exit 1 on a mismatch).")
@@ -54,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `tensorsmith`."""
     args = build_parser().parse_args(argv)
-    return _guarded(args, {"compile": run_compile, "inspect": run_inspect, "run": run_program}[args.command])
+    commands = {"compile": run_compile, "inspect": run_inspect, "run": run_program, "rewrites": run_rewrites}
+    return _guarded(args, commands[args.command])
 
 
 def compile_main(argv: Sequence[str] | None = None) -> int:
@@ -144,6 +152,16 @@ def run_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_rewrites(args: argparse.Namespace) -> int:
+    from tensorsmith.rewrites.inspect import describe
+
+    from .model_loader import load_graph
+    print(describe(load_graph(args.model, args.graph), dot_path=args.dot))
+    if args.dot:
+        print(f"wrote {args.dot} (render it with: dot -Tsvg {args.dot} -o egraph.svg)")
+    return 0
+
+
 def run_program(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -191,6 +209,10 @@ def format_table(doc: dict) -> str:
     footer = []
     if report.get("speedup"):
         footer.append(f"speedup over the unfused program: {report['speedup']:.2f}x ({report['speedup_basis']})")
+    fired = [(name, count) for name, count in report.get("saturation", {}).get("matches", []) if count]
+    if fired:
+        footer.append("rewrites that fired while saturating: "
+                      + ", ".join(f"{name} x{count}" for name, count in sorted(fired, key=lambda r: -r[1])))
     if report.get("from_cache"):
         footer.append("(from the cache)")
     return "\n".join([title, *lines, *footer])

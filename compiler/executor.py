@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
 
 import numpy as np
@@ -28,16 +28,22 @@ def from_device_layout(raw: np.ndarray, dtype: DType) -> np.ndarray:
 
 @dataclass
 class Session:
-    """Device buffers and loaded modules for one Program, so that launches can be repeated and timed."""
+    """Device memory and loaded modules for one Program, so that launches can be repeated and timed.
+
+    `borrowed` maps buffer names to device pointers the caller owns (zero-copy inputs and outputs);
+    every other buffer is allocated here and freed with `stack`.
+    """
 
     program: "Program"  # noqa: F821 (compiler.program.Program; imported lazily to keep this module light)
     stack: ExitStack
+    borrowed: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.modules = [runtime.Module(k.cubin) for k in self.program.kernels]
         self.functions = [m.function(k.name) for m, k in zip(self.modules, self.program.kernels)]
         self.memory = {name: self.stack.enter_context(runtime.DeviceBuffer(max(buf.nbytes, 1)))
-                       for name, buf in self.program.buffers.items()}
+                       for name, buf in self.program.buffers.items() if name not in self.borrowed}
+        self.pointers = {**{name: buf.ptr for name, buf in self.memory.items()}, **self.borrowed}
 
     def upload(self, arrays: dict[str, np.ndarray]) -> None:
         for name, array in arrays.items():
@@ -48,7 +54,8 @@ class Session:
 
     def launch(self, position: int) -> None:
         kernel = self.program.kernels[position]
-        runtime.launch(self.functions[position], kernel.grid, kernel.block, [self.memory[p] for p in kernel.params])
+        args = [np.uint64(self.pointers[p]) for p in kernel.params]
+        runtime.launch(self.functions[position], kernel.grid, kernel.block, args)
 
     def run_all(self) -> None:
         for position in range(len(self.program.kernels)):
@@ -140,12 +147,8 @@ def run_on_device_arrays(program: "Program", inputs: dict[str, object]) -> dict[
                for name in program.outputs}
     pointers.update({name: _describe(array)[0] for name, array in outputs.items()})
     with ExitStack() as stack:
-        for name, buf in program.buffers.items():
-            if name not in pointers:
-                pointers[name] = stack.enter_context(runtime.DeviceBuffer(max(buf.nbytes, 1))).ptr
+        session = Session(program, stack, borrowed=pointers)
         runtime.synchronize()     # the caller's framework may still be writing the inputs
-        for kernel, module in ((k, runtime.Module(k.cubin)) for k in program.kernels):
-            args = [np.uint64(pointers[p]) for p in kernel.params]
-            runtime.launch(module.function(kernel.name), kernel.grid, kernel.block, args)
+        session.run_all()
         runtime.synchronize()
     return outputs

@@ -145,8 +145,9 @@ def _row_scaled_matmul(g: Graph) -> Tensor:
     return (x_ * s_) @ W_
 
 
-_SCALE_CONDITIONS = (lambda: [r_shape == t_shape.push(i64(1)), axis == t_shape.length() - i64(1),
-                              shape_of(c) == cs, cs[axis] == i64(1)])
+def _scale_conditions() -> list:
+    """The contracted axis is the last of x's shape t (matmul reshapes x to t + (1,)); c is constant along it."""
+    return [r_shape == t_shape.push(i64(1)), axis == t_shape.length() - i64(1), shape_of(c) == cs, cs[axis] == i64(1)]
 
 PATTERNS: tuple[Rule, ...] = (
     Rule("matmul", "sum(expand(a, s) * expand(b, s), axis) -> MatMul(a, b, s, axis)",
@@ -157,10 +158,10 @@ PATTERNS: tuple[Rule, ...] = (
     Rule("rmsnorm_matmul", "(x * s) @ W -> s * (x @ W) for s constant along the contracted axis",
          (rewrite(Sum(Mul(Expand(Reshape(Mul(x, Expand(c, t_shape)), r_shape), shape), b), axis)).to(
              Mul(Sum(Mul(Expand(Reshape(x, r_shape), shape), b), axis), Expand(c, shape.remove(axis))),
-             *_SCALE_CONDITIONS()),
+             *_scale_conditions()),
           rewrite(Sum(Mul(Expand(Reshape(Mul(Mul(x, Expand(c, t_shape)), a), r_shape), shape), b), axis)).to(
               Mul(Sum(Mul(Expand(Reshape(Mul(x, a), r_shape), shape), b), axis), Expand(c, shape.remove(axis))),
-              *_SCALE_CONDITIONS())),
+              *_scale_conditions())),
          _rmsnorm_claims(), _example("rmsnorm_matmul", _row_scaled_matmul), model="real", stage="patterns"),
     Rule("online_softmax", f"softmax(x, axis) -> OnlineSoftmax(x, axis, {BLOCK}): running max, rescaled running sum",
          rewrite(_softmax_pattern()).to(OnlineSoftmax(x, axis, i64(BLOCK))),

@@ -25,10 +25,13 @@ Two proof models, and the policy for choosing between them (each rule states its
   example (a + b) + c overflows where a + (b + c) does not), so they are proved "as real arithmetic where
   exact, with the conditions made explicit", and their numeric check runs on finite random inputs with a
   tolerance instead of bit-level agreement on special values (tests/rewrites/test_soundness.py).
-  A rule that changes results on special values beyond rounding and overflow does not ship in either model.
+  Real-model rules are guaranteed on finite inputs only: on inf or nan inputs they may turn a nan into an inf
+  or back (sum(x * c) with x = [0, 1] and c = inf is nan, sum(x) * c is inf), as any reordering of float
+  arithmetic may; a rule that must keep specials exactly is proved in the IEEE model or does not ship.
+- "index" (sorts "int"/"bool" only): views as integer index maps, exact.
 
-Reductions are proved over a small concrete length with uninterpreted elements (`elements`), which is what
-the rule does to any one output element.
+Reductions are proved over a small concrete length with uninterpreted elements (one variable each), which is
+what the rule does to any one output element.
 
 View rules are claims over indices: lhs and rhs map an output index to the index of the source element it
 reads, and the claim is that they agree wherever the output index is in bounds (see `reshape_source`...).
@@ -207,11 +210,6 @@ def maximum(a: Scalar, b: Scalar) -> Scalar:
 def real_max(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
     """max of two reals (the "real" model)."""
     return z3.If(a >= b, a, b)
-
-
-def elements(name: str, n: int, sort: str = "real") -> list[Any]:
-    """n fresh elements of a reduction (reals, or "scalar" extended reals), for claims over a concrete length."""
-    return [z3.Real(f"{name}{k}") if sort == "real" else Scalar.var(f"{name}{k}") for k in range(n)]
 
 
 # views as index maps -----------------------------------------------------------------------------

@@ -17,11 +17,10 @@ import itertools
 from typing import Callable
 
 import z3
-from egglog import RewriteOrRule, String, Vec, i64, rewrite, var
+from egglog import String, Vec, i64, rewrite, var
 
 from tensorsmith.ir import primitives as P
 from tensorsmith.ir.dtypes import DType
-from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 

@@ -153,3 +153,18 @@ def test_an_nvrtc_failure_is_reported_with_the_source_saved(tmp_path: Path, monk
     saved = re.search(r"source saved to (\S+\.cu)", err).group(1)
     assert "const idx_t idx_t" in Path(saved).read_text()
     assert not out.exists()
+
+
+def test_rewrites_prints_fired_rules_and_writes_graphviz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dot = tmp_path / "egraph.dot"
+    assert main(["rewrites", str(ROOT / "examples" / "rmsnorm.py"), "--dot", str(dot)]) == 0
+    out = capsys.readouterr().out
+    assert "rule" in out and "matches" in out and "e-nodes" in out
+    assert dot.read_text().lstrip().startswith(("digraph", "graph"))
+
+
+def test_inspect_names_the_rewrites_that_fired(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["compile", str(ROOT / "examples" / "layernorm.py"), "-o", str(out), "--no-profile", "-q"]) == 0
+    assert main(["inspect", str(out)]) == 0
+    assert "rewrites that fired while saturating: " in capsys.readouterr().out
