@@ -85,7 +85,7 @@ def _child(parent: _TreeNode, move) -> _TreeNode:
 
 
 def _expand(space: CandidateSpace, node: _TreeNode, cfg: MCTSConfig) -> None:
-    if node.expanded:
+    if node.expanded or node.boundaries is None:
         return
     node.expanded = True
     kernels = len(space.program(node.boundaries).kernels)

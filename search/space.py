@@ -75,7 +75,7 @@ class CandidateSpace:
         outputs = {id(node) for node in self.graph.outputs.values()}
         self.points = tuple(self.position[id(n)] for n in materialisable(self.graph) if id(n) not in outputs)
         self._programs: dict[Boundaries, KernelProgram] = {}
-        self._legal: dict[Boundaries, Boundaries | None] = {}
+        self._legal: dict[Boundaries, Boundaries] = {}
         self._by_structure: dict[str, Boundaries] = {}
         self._options: dict[tuple, ScheduleOptions] = {}
         self._reference = self.checker.graph_terms(self.graph)
