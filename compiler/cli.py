@@ -124,18 +124,30 @@ class Progress:
 
     def __init__(self, stages: int, quiet: bool):
         self.stages, self.quiet, self.step = stages, quiet, 0
+        self.stage, self.detail = "", ""
         self.tty = sys.stderr.isatty()
 
-    def __call__(self, stage: str) -> None:
+    def __call__(self, event: object) -> None:
+        """A stage's name as it starts, or the search's SearchProgress (tried, pruned, verified, best_us)."""
         if self.quiet:
             return
-        if stage == "cache":
+        if event == "cache":
             print("found in the cache: nothing to recompile", file=sys.stderr, flush=True)
             return
-        self.step += 1
+        if isinstance(event, str):
+            if self.detail and not self.tty:
+                print(f"    {self.stage}{self.detail}", file=sys.stderr, flush=True)
+            self.step += 1
+            self.stage, self.detail = event, ""
+        else:   # the search reports often: rewrite the line on a terminal, otherwise say it at the end
+            best = f"{event.best_us:.1f} us" if event.best_us is not None else "-"
+            self.detail = (f": {event.tried} candidates tried, {event.pruned} pruned by Z3, "
+                           f"{event.verified} verified, best {best}")
+            if not self.tty:
+                return
         bar = "#" * self.step + "." * (self.stages - self.step)
-        line = f"[{bar}] {self.step}/{self.stages} {stage}"
-        print(f"\r{line:60s}" if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+        line = f"[{bar}] {self.step}/{self.stages} {self.stage}{self.detail}"
+        print(f"\r{line:100s}" if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
 
     def done(self) -> None:
         if self.tty and not self.quiet and self.step:

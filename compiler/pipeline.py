@@ -51,6 +51,7 @@ class Compilation:
     kernel_ms: list[float] | None = None
     total_ms: float | None = None
     unfused_ms: float | None = None
+    search: Any = None                 # search.SearchResult
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -62,8 +63,26 @@ def _extract(c: Compilation) -> None:
     c.chosen = search.extract(c.saturated)
 
 
-def _partition(c: Compilation) -> None:
-    c.kernel_program = search.partition(c.chosen)
+def _search(c: Compilation) -> None:
+    from tensorsmith.codegen.runtime import gpu_available
+    measure = _measure_on_gpu(c) if _profiles(c.options.profile) and gpu_available() else None
+    progress = c.options.progress
+    c.search = search.search_program(c.chosen, c.target, c.options.budget_s, c.options.seed, measure=measure,
+                                     progress=progress)
+    c.kernel_program = c.search.program
+
+
+def _measure_on_gpu(c: Compilation) -> Callable[[KernelProgram], float]:
+    """MCTS's reward on a GPU: a candidate's whole-program time in seconds (median of a few, L2 flushed)."""
+    from .executor import time_program
+    inputs = random_inputs(c.graph, c.options.seed + 2000)
+
+    def measure(program: KernelProgram) -> float:
+        candidate = Compilation(c.graph, c.options, c.target, kernel_program=program)
+        _render(candidate)
+        _nvrtc(candidate)
+        return time_program(to_program(candidate), inputs) / 1e3
+    return measure
 
 
 def _verify(c: Compilation) -> None:
@@ -115,7 +134,7 @@ class Stage:
 STAGES: list[Stage] = [
     Stage("saturate", _saturate),     # grow the e-graph, bounded
     Stage("extract", _extract),       # choose one program from it
-    Stage("partition", _partition),   # kernel boundaries and archetypes
+    Stage("search", _search),         # kernel boundaries, archetypes and schedules: beam search and MCTS
     Stage("verify", _verify),         # random tests of the kernel program against the reference
     Stage("render", _render),         # Jinja -> CUDA C
     Stage("nvrtc", _nvrtc),           # CUDA C -> cubin
@@ -175,14 +194,18 @@ def to_program(c: Compilation) -> Program:
                    kernels, c.graph, program, c.options.seed, VERSION, _report(c))
 
 
+def _history(c: Compilation) -> list[dict[str, Any]]:
+    """Candidates in the order the search tried them, each with its measured time where it has one."""
+    if c.search is None:
+        return []
+    return [{"name": h["name"], "description": h["description"], "verdict": h["verdict"],
+             "us": h["measured_us"] if h["measured_us"] is not None else h["predicted_us"],
+             "basis": "measured" if h["measured_us"] is not None else "predicted"} for h in c.search.history]
+
+
 def _report(c: Compilation) -> dict[str, Any]:
     predicted = program_seconds(c.kernel_program, c.target) * 1e3
     unfused_predicted = program_seconds(unfused(c.graph), c.target) * 1e3
-    history = [{"name": "unfused", "us": unfused_predicted * 1e3, "basis": "predicted"},
-               {"name": "fused", "us": predicted * 1e3, "basis": "predicted"}]
-    if c.total_ms is not None and c.unfused_ms is not None:
-        history = [{"name": "unfused", "us": c.unfused_ms * 1e3, "basis": "measured"},
-                   {"name": "fused", "us": c.total_ms * 1e3, "basis": "measured"}]
     measured = c.total_ms is not None and c.unfused_ms is not None
     report = {
         "stage_seconds": {k: round(v, 4) for k, v in c.seconds.items()},
@@ -191,7 +214,8 @@ def _report(c: Compilation) -> dict[str, Any]:
         "unfused_ms": c.unfused_ms,
         "speedup": (c.unfused_ms / c.total_ms) if measured else unfused_predicted / predicted,
         "speedup_basis": "measured" if measured else "predicted by the cost model",
-        "search_history": history,
+        "search_history": _history(c),
+        "search": c.search.summary() if c.search is not None else None,
     }
     if c.saturated is not None and hasattr(c.saturated, "report"):
         report["saturation"] = asdict(c.saturated.report) if is_dataclass(c.saturated.report) else c.saturated.report
