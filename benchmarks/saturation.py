@@ -10,26 +10,19 @@ Not part of the default pytest run; tests/rewrites/test_saturation.py runs the o
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import time
 from pathlib import Path
 
 import tensorsmith as ts
 from tensorsmith import nn
+from tensorsmith.model_loader import load_graph as load_example
 from tensorsmith.rewrites import saturate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SEQ, DIM, HEADS, FFN = 2048, 4096, 32, 11008
 
 
-def load_example(path: Path) -> ts.Graph:
-    """examples/<name>.py's build()."""
-    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build()
 
 
 def block(g: ts.Graph, x: ts.Tensor, k: int, seq: int = SEQ, dim: int = DIM, heads: int = HEADS,

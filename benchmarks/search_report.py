@@ -6,19 +6,14 @@ predicted time against its measured time and the measured unfused program (where
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 
 import tensorsmith as ts
+from tensorsmith.model_loader import load_graph
 
 EXAMPLES = sorted((Path(__file__).parents[1] / "examples").glob("*.py"))
 
 
-def load(path: Path) -> ts.Graph:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build()
 
 
 def main() -> None:
@@ -29,7 +24,7 @@ def main() -> None:
             f"{'pred us':>8s} {'meas us':>8s} {'unfused us':>10s} {'speedup':>7s}")
     print(head)
     for path in EXAMPLES:
-        program = ts.compile(load(path), budget_s=args.budget, cache=False)
+        program = ts.compile(load_graph(path), budget_s=args.budget, cache=False)
         r, s = program.report, program.report["search"]
         measured = f"{r['total_ms'] * 1e3:8.1f}" if r["total_ms"] is not None else f"{'-':>8s}"
         unfused = f"{r['unfused_ms'] * 1e3:10.1f}" if r["unfused_ms"] is not None else f"{'-':>10s}"

@@ -35,7 +35,7 @@ from pathlib import Path
 from cuda.bindings import nvrtc
 
 from tensorsmith.ir.errors import CompileError, TargetError
-from tensorsmith.ir.knobs import CACHE_DIR_ENV, cache_root  # noqa: F401 (CACHE_DIR_ENV re-exported for tests)
+from tensorsmith.ir.knobs import cache_root
 
 log = logging.getLogger(__name__)
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from statistics import median
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tensorsmith.codegen import runtime
 from tensorsmith.ir.dtypes import DType, bfloat16_to_float, float_to_bfloat16, numpy_dtype
 from tensorsmith.ir.errors import InputError
+
+if TYPE_CHECKING:
+    from .program import Program
 
 POISON_BYTE = 0xFF   # NaN in every float dtype: an element the kernels never write cannot pass a check
 
@@ -34,7 +38,7 @@ class Session:
     every other buffer is allocated here and freed with `stack`.
     """
 
-    program: "Program"  # noqa: F821 (compiler.program.Program; imported lazily to keep this module light)
+    program: Program
     stack: ExitStack
     borrowed: dict[str, int] = field(default_factory=dict)
 
@@ -71,7 +75,7 @@ class Session:
         return out
 
 
-def run_on_gpu(program: "Program", arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:  # noqa: F821
+def run_on_gpu(program: "Program", arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One run of every kernel on fresh device buffers; outputs are poisoned first."""
     with ExitStack() as stack:
         session = Session(program, stack)
@@ -80,7 +84,7 @@ def run_on_gpu(program: "Program", arrays: dict[str, np.ndarray]) -> dict[str, n
         return session.download()
 
 
-def profile_on_gpu(program: "Program", arrays: dict[str, np.ndarray],  # noqa: F821
+def profile_on_gpu(program: "Program", arrays: dict[str, np.ndarray],
                    warmup: int = 10, repeat: int = 50) -> tuple[dict[str, np.ndarray], list[float], float]:
     """Outputs of one checked run, then each kernel's and the whole program's median time in ms (L2 flushed)."""
     with ExitStack() as stack:
@@ -132,7 +136,7 @@ def _allocate_like(example: object, shape: tuple[int, ...], dtype: DType) -> obj
     return cupy.empty(shape, dtype=numpy_dtype(dtype))
 
 
-def run_on_device_arrays(program: "Program", inputs: dict[str, object]) -> dict[str, object]:  # noqa: F821
+def run_on_device_arrays(program: "Program", inputs: dict[str, object]) -> dict[str, object]:
     """Launch the kernels on the caller's GPU arrays; outputs come back in the caller's framework, uncopied."""
     pointers: dict[str, int] = {}
     for name in program.inputs:
@@ -154,7 +158,7 @@ def run_on_device_arrays(program: "Program", inputs: dict[str, object]) -> dict[
     return outputs
 
 
-def time_program(program: "Program", arrays: dict[str, np.ndarray], warmup: int = 3,  # noqa: F821
+def time_program(program: "Program", arrays: dict[str, np.ndarray], warmup: int = 3,
                  repeat: int = 10) -> float:
     """Median ms of the whole program on `arrays`, L2 flushed before each run: the search's reward."""
     with ExitStack() as stack:

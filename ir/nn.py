@@ -4,7 +4,10 @@ from __future__ import annotations
 import math
 
 from .errors import ShapeError, user_location
-from .tensor import HALF_PI, Tensor, constant, iota, matmul, maximum, where  # noqa: F401 (re-exported)
+from .tensor import Tensor, constant, iota, matmul, maximum, where
+
+__all__ = ["relu", "sigmoid", "tanh", "gelu", "silu", "softmax", "log_softmax", "layer_norm", "rms_norm", "linear",
+           "causal_mask", "attention", "rope", "matmul", "maximum", "where", "constant", "iota"]
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU
 GELU_CUBIC = 0.044715

@@ -35,8 +35,11 @@ class Node:
         return f"Node({self.op}{arg}, shape={self.shape}, dtype={self.dtype})"
 
 
-def toposort(roots: Iterable[Node]) -> list[Node]:
-    """Every node reachable from `roots`, each after its sources (iterative: graphs can be deep)."""
+def toposort(roots: Iterable[Node], stops: frozenset[int] | set[int] = frozenset()) -> list[Node]:
+    """Every node reachable from `roots`, each after its sources (iterative: graphs can be deep).
+
+    The walk does not look past nodes whose id is in `stops` (they are listed, their sources are not).
+    """
     order: list[Node] = []
     seen: set[int] = set()
     for root in roots:
@@ -50,7 +53,8 @@ def toposort(roots: Iterable[Node]) -> list[Node]:
                 continue
             seen.add(id(node))
             stack.append((node, True))
-            stack.extend((src, False) for src in reversed(node.srcs) if id(src) not in seen)
+            if id(node) not in stops:
+                stack.extend((src, False) for src in reversed(node.srcs) if id(src) not in seen)
     return order
 
 

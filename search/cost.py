@@ -21,10 +21,10 @@ from functools import lru_cache
 
 from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
 from tensorsmith.codegen.matmul import matmul_body, tensor_core_match
-from tensorsmith.codegen.render import row_plan, vector_width
+from tensorsmith.codegen.render import row_plan
 from tensorsmith.codegen.schedules import default_schedule
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
-from tensorsmith.ir.node import Node
+from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import COMPUTE, Op, REDUCE, UNARY, VIEWS
 from tensorsmith.ir.targets import Target
 
@@ -282,7 +282,7 @@ def _evaluations(root: Node, base: float, stops: frozenset[int]) -> dict[int, tu
     A node is evaluated once per index its consumers ask for it at: consumers that are elementwise ask at the
     same index (the emitter computes it once), views ask at their own indices, a reduction at each element.
     """
-    order = _cone(root, stops)
+    order = toposort([root], stops)
     same_index: dict[int, float] = {id(root): base}
     own_index: dict[int, float] = {}
     counts: dict[int, tuple[Node, float]] = {}
@@ -299,25 +299,6 @@ def _evaluations(root: Node, base: float, stops: frozenset[int]) -> dict[int, tu
             else:
                 same_index[id(src)] = max(same_index.get(id(src), 0.0), count)
     return counts
-
-
-def _cone(root: Node, stops: frozenset[int]) -> list[Node]:
-    """`root`'s cone in topological order, not looking past nodes in `stops`."""
-    order: list[Node] = []
-    seen: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        if id(node) not in stops:
-            stack.extend((src, False) for src in reversed(node.srcs) if id(src) not in seen)
-    return order
 
 
 def _flops(node: Node, count: float) -> float:

@@ -101,21 +101,10 @@ def _archetype(body: Node) -> str:
 
 def _copy_cone(root: Node, buffer_of: dict[int, str], buffers: dict[str, Buffer], origins: Origins) -> Node:
     """`root`'s cone, with each node that already has a buffer replaced by a load of that buffer."""
+    stops = {key for key in buffer_of if key != id(root)}
     copies: dict[int, Node] = {}
-    stack = [root]
-    order: list[Node] = []
-    while stack:  # collect the cone, stopping at buffers
-        node = stack.pop()
-        if id(node) in copies:
-            continue
-        copies[id(node)] = node
-        order.append(node)
-        if node is root or id(node) not in buffer_of:
-            stack.extend(node.srcs)
-    for node in toposort(order):
-        if id(node) not in copies:
-            continue
-        if id(node) in buffer_of and node is not root:
+    for node in toposort([root], stops):
+        if id(node) in stops:
             new = dataclasses.replace(node, op=Op.INPUT, srcs=(), arg=buffers[buffer_of[id(node)]].name)
         else:
             new = dataclasses.replace(node, srcs=tuple(copies[id(src)] for src in node.srcs))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tensorsmith.codegen import nvrtc
+from tensorsmith.ir.knobs import CACHE_DIR_ENV
 from tensorsmith.ir.errors import CompileError, TargetError
 
 HALF_KERNEL = r"""
@@ -34,7 +35,7 @@ BROKEN_KERNEL = """extern "C" __global__ void broken(float* g_y) {
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh cache root for each test, so tests neither see nor leave entries in ~/.cache."""
-    monkeypatch.setenv(nvrtc.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
     return tmp_path
 
 
@@ -151,7 +152,7 @@ def test_non_cubin_arch_is_rejected(cache_dir, arch):
 
 
 def test_cache_root_reads_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv(nvrtc.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
     assert nvrtc.default_cubin_dir() == tmp_path / "cubin"
-    monkeypatch.delenv(nvrtc.CACHE_DIR_ENV)
+    monkeypatch.delenv(CACHE_DIR_ENV)
     assert nvrtc.default_cubin_dir() == Path.home() / ".cache" / "tensorsmith" / "cubin"

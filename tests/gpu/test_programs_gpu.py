@@ -1,7 +1,6 @@
 """On the GPU: every case graph and every example, compiled and run, matches the reference interpreter."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -9,17 +8,13 @@ import pytest
 
 import tensorsmith as ts
 from graph_cases import CASES
+from tensorsmith.model_loader import load_graph
 from tensorsmith.search.verify import compare, random_inputs
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.py"))
 pytestmark = pytest.mark.gpu
 
 
-def _load(path: Path) -> ts.Graph:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build()
 
 
 def _check_on_gpu(graph: ts.Graph, seed: int) -> None:
@@ -38,7 +33,7 @@ def test_case_matches_reference_on_gpu(case: str) -> None:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_matches_reference_on_gpu(path: Path) -> None:
-    _check_on_gpu(_load(path), seed=0)
+    _check_on_gpu(load_graph(path), seed=0)
 
 
 def test_profiled_compile_records_times_in_headers_and_report() -> None:

@@ -6,7 +6,6 @@ eliminated (`cse` below), and equals the original itself where it had no duplica
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 import time
@@ -17,6 +16,7 @@ import pytest
 from graph_cases import CASES
 
 import tensorsmith as ts
+from tensorsmith.model_loader import load_graph as load_example
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.primitives import constant, rebuild
 from tensorsmith.rewrites import from_egglog, saturate, to_egglog
@@ -27,13 +27,6 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"
 SEEDS = list(range(12))
 
 
-def load_example(path: Path) -> ts.Graph:
-    """examples/<name>.py's build(), imported from its path."""
-    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build()
 
 
 def cse(graph: ts.Graph) -> ts.Graph:
