@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tensorsmith as ts
-from tensorsmith import nn
+from graph_cases import CASES
 from tensorsmith.ir.ops import Op
 from tensorsmith.rewrites import saturate
 from tensorsmith.rewrites.eclasses import EClasses, ENode, ExtractionError, build_graph, cheapest, read_eclasses
@@ -44,17 +44,8 @@ def assert_extracts_alike(graph: ts.Graph) -> ts.Graph:
     return best
 
 
-def attention_graph() -> ts.Graph:
-    g = ts.Graph("causal_attention")
-    q = g.input("q", (2, 2, 19, 16), "float16")
-    k = g.input("k", (2, 2, 23, 16), "float16")
-    v = g.input("v", (2, 2, 23, 16), "float16")
-    g.output("o", nn.attention(q, k, v, causal=True))
-    return g
-
-
 def test_the_causal_attention_graph_from_the_gpu_report_extracts() -> None:
-    assert_extracts_alike(attention_graph())
+    assert_extracts_alike(CASES["attention"]())
 
 
 def test_transpose_inside_matmul_extracts() -> None:
