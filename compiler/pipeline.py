@@ -32,7 +32,7 @@ class CompileOptions:
     budget_s: float = 60.0
     seed: int = 0
     profile: bool | None = None        # None: profile where a GPU is present
-    progress: Callable[[str], None] | None = None
+    progress: Callable[[object], None] | None = None   # a stage's name, or the search's SearchProgress
 
 
 @dataclass
@@ -81,7 +81,7 @@ def _measure_on_gpu(c: Compilation) -> Callable[[KernelProgram], float]:
         candidate = Compilation(c.graph, c.options, c.target, kernel_program=program)
         _render(candidate)
         _nvrtc(candidate)
-        return time_program(to_program(candidate), inputs) / 1e3
+        return time_program(to_program(candidate, report=False), inputs) / 1e3
     return measure
 
 
@@ -99,17 +99,16 @@ def _nvrtc(c: Compilation) -> None:
 
 def _profile(c: Compilation) -> None:
     from tensorsmith.codegen.runtime import gpu_available
-    wanted = c.options.profile
-    if wanted is False or (wanted is None and not gpu_available()):
+    if not _profiles(c.options.profile):
         return
     if not gpu_available():
         raise DeviceError("profiling needs an NVIDIA GPU and none was found; compile with profile=False")
     inputs = random_inputs(c.graph, c.options.seed + 1000)
-    c.checks, c.kernel_ms, c.total_ms = measure(c.graph, to_program(c), inputs)
+    c.checks, c.kernel_ms, c.total_ms = measure(c.graph, to_program(c, report=False), inputs)
     baseline = Compilation(c.graph, c.options, c.target, kernel_program=unfused(c.graph))
     _render(baseline)
     _nvrtc(baseline)
-    c.unfused_ms = measure(c.graph, to_program(baseline), inputs)[2]
+    c.unfused_ms = measure(c.graph, to_program(baseline, report=False), inputs)[2]
 
 
 def measure(graph: Graph, program: Program, inputs: dict) -> tuple[list[Check], list[float], float]:
@@ -143,7 +142,7 @@ STAGES: list[Stage] = [
 
 
 def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: int = 0,
-            profile: bool | None = None, progress: Callable[[str], None] | None = None,
+            profile: bool | None = None, progress: Callable[[object], None] | None = None,
             cache: bool = True, cache_dir: str | Path | None = None) -> Program:
     """Compile `graph` for `target` into a verified Program (profiled where a GPU is present).
 
@@ -176,8 +175,12 @@ def _profiles(profile: bool | None) -> bool:
     return bool(profile) if profile is not None else gpu_available()
 
 
-def to_program(c: Compilation) -> Program:
-    """The Program that the stages so far describe (timings written into each kernel's header)."""
+def to_program(c: Compilation, report: bool = True) -> Program:
+    """The Program that the stages so far describe (timings written into each kernel's header).
+
+    `report=False` leaves out the report (the unfused baseline's prediction, the search history): what a
+    program that is only being timed does not need.
+    """
     program = c.kernel_program
     kernels = []
     for position, (rendered, cubin) in enumerate(zip(c.rendered, c.cubins)):
@@ -191,7 +194,7 @@ def to_program(c: Compilation) -> Program:
                                       rendered.schedule.as_dict(), source, cubin, rendered.grid, rendered.block,
                                       rendered.params, rendered.writes, measured, predicted))
     return Program(c.graph.name, c.target.name, dict(program.buffers), program.inputs, tuple(program.outputs),
-                   kernels, c.graph, program, c.options.seed, VERSION, _report(c))
+                   kernels, c.graph, program, c.options.seed, VERSION, _report(c) if report else {})
 
 
 def _history(c: Compilation) -> list[dict[str, Any]]:
