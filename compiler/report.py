@@ -67,22 +67,29 @@ def diagram(program: "Program") -> dict:
 
 
 def plot(history: list[dict]) -> dict:
-    """Best time found against candidates tried, as SVG polyline points."""
+    """Each candidate's time (dots) and the best found so far (a line) against candidates tried, for SVG."""
+    empty = {"points": "", "dots": [], "labels": [], "width": 560, "height": 240, "count": 0}
     if not history:
-        return {"points": "", "marks": [], "width": 520, "height": 220, "max_us": 0, "count": 0}
-    best, series = float("inf"), []
-    for entry in history:
-        best = min(best, entry["us"])
-        series.append(best)
-    top = max(series) * 1.1
-    width, height, pad = 520, 220, 40
-    marks = []
-    for i, value in enumerate(series):
-        x = pad + (width - 2 * pad) * (i / max(1, len(series) - 1))
-        y = height - pad - (height - 2 * pad) * (value / top)
-        marks.append({"x": round(x, 1), "y": round(y, 1), "label": f"{value:.1f} us"})
-    return {"points": " ".join(f"{m['x']},{m['y']}" for m in marks), "marks": marks, "width": width,
-            "height": height, "max_us": top, "count": len(series)}
+        return empty
+    width, height, pad = 560, 240, 44
+    top = max(entry["us"] for entry in history) * 1.1 or 1.0
+
+    def x(i: int) -> float:
+        return round(pad + (width - 2 * pad) * (i / max(1, len(history) - 1)), 1)
+
+    def y(us: float) -> float:
+        return round(height - pad - (height - 2 * pad) * (us / top), 1)
+
+    best, line, labels = float("inf"), [], []
+    for i, entry in enumerate(history):
+        if entry["us"] < best:
+            best = entry["us"]
+            labels.append({"x": x(i), "y": y(best), "label": f"{best:.1f} us"})
+        line.append(f"{x(i)},{y(best)}")
+    dots = [{"x": x(i), "y": y(e["us"]), "title": f"{e['name']}: {e['us']:.1f} us ({e['basis']})"}
+            for i, e in enumerate(history)]
+    return {"points": " ".join(line), "dots": dots, "labels": [labels[0], labels[-1]] if len(labels) > 1 else labels,
+            "width": width, "height": height, "count": len(history), "top": round(top, 1)}
 
 
 @lru_cache(maxsize=1)

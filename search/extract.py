@@ -11,9 +11,12 @@ graph, which would hide an unsound rule.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.node import Node
+from tensorsmith.ir.ops import Op
 from tensorsmith.rewrites.eclasses import EClasses, ENode, cheapest
 from tensorsmith.rewrites.saturate import Saturated
 from tensorsmith.rewrites.term import from_egglog
@@ -42,4 +45,46 @@ def choose_cheapest(classes: EClasses) -> dict[int, ENode]:
 
 def extract(saturated: Saturated) -> Graph:
     """The cheapest program of the saturated e-graph, as a new Graph with the original's inputs and outputs."""
-    return from_egglog(saturated.egraph, saturated.roots, saturated.graph, choose=choose_cheapest)
+    chosen = from_egglog(saturated.egraph, saturated.roots, saturated.graph, choose=choose_cheapest)
+    return carry_locations(saturated.graph, chosen)
+
+
+REWRITTEN = "(rewritten)"   # marks a node that only a rewrite made, after the line of the code it serves
+
+
+def carry_locations(original: Graph, chosen: Graph) -> Graph:
+    """`chosen` with each node's `where` (the user's file:line) taken from the original node of the same
+    structure, so that errors and kernel headers still point at the model. A node that only a rewrite
+    made takes the line of the node that consumes it (an output: the original output's line), marked
+    REWRITTEN."""
+    interned: dict[tuple, int] = {}      # structure -> a small int, so keys stay flat however deep the graph
+
+    def key(node: Node, keys: dict[int, int]) -> int:
+        shape = (node.op, repr(node.arg), node.shape, node.dtype, tuple(keys[id(src)] for src in node.srcs))
+        return interned.setdefault(shape, len(interned))
+
+    keys: dict[int, int] = {}
+    known: dict[int, str] = {}
+    for node in original.nodes():
+        keys[id(node)] = key(node, keys)
+        known.setdefault(keys[id(node)], node.where)
+    order = chosen.nodes()
+    new_keys: dict[int, int] = {}
+    where: dict[int, str] = {}
+    for node in order:
+        new_keys[id(node)] = key(node, new_keys)
+        if new_keys[id(node)] in known:
+            where[id(node)] = known[new_keys[id(node)]]
+    for name, node in chosen.outputs.items():
+        where.setdefault(id(node), f"{original.outputs[name].where.split(' ')[0]} {REWRITTEN}")
+    for node in reversed(order):          # consumers come later in `order`: pass their lines down
+        for src in node.srcs:
+            where.setdefault(id(src), f"{where.get(id(node), '').split(' ')[0]} {REWRITTEN}".strip())
+    copies: dict[int, Node] = {}
+    for node in order:
+        copies[id(node)] = node if node.op == Op.INPUT else dataclasses.replace(
+            node, srcs=tuple(copies[id(src)] for src in node.srcs), where=where.get(id(node), REWRITTEN))
+    located = Graph(chosen.name)
+    located.inputs = dict(chosen.inputs)
+    located.outputs = {name: copies[id(node)] for name, node in chosen.outputs.items()}
+    return located

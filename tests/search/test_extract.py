@@ -129,3 +129,19 @@ def test_a_rule_with_more_matches_than_the_match_limit_still_runs(monkeypatch: p
     assert banned.report.enodes == start
     monkeypatch.setattr(saturate_module, "MIN_MATCH_LIMIT", 10)
     assert saturate(graph, iterations=4).report.enodes > start
+
+
+def test_extracted_nodes_keep_the_users_lines_and_rewritten_ones_say_so() -> None:
+    from tensorsmith.ir.node import toposort
+    from tensorsmith.search.extract import REWRITTEN
+
+    g = ts.Graph("located")
+    x = g.input("x", (4, 8), "float32")
+    g.output("kept", x.sin().sqrt())                 # nothing to rewrite: every node keeps its line
+    g.output("changed", (x * 2 + 0).sin() * 3)       # x + 0 goes; the nodes above it are new structures
+    located = extract(saturate(g))
+    kept = {n.where for n in toposort([located.outputs["kept"]]) if n.op != Op.INPUT}
+    assert len(kept) == 1 and kept.pop().endswith(f"test_extract.py:{g.outputs['kept'].where.split(':')[-1]}")
+    changed = {n.where for n in toposort([located.outputs["changed"]]) if n.op != Op.INPUT}
+    line = g.outputs["changed"].where
+    assert f"{line} {REWRITTEN}" in changed and changed <= {line, f"{line} {REWRITTEN}"}
