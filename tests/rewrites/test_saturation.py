@@ -117,3 +117,24 @@ def test_one_transformer_block_saturates_within_budget() -> None:
     report = saturate(graph).report
     assert time.perf_counter() - start < 10 and report.enodes < 200_000
     assert report.stopped != "node_limit"
+
+
+def test_a_rule_that_merges_different_shapes_is_rolled_back_and_reported() -> None:
+    from egglog import Vec, i64, rewrite, var
+
+    from tensorsmith.ir.interpreter import evaluate
+    from tensorsmith.rewrites import RULES
+    from tensorsmith.rewrites.rule import Rule
+    from tensorsmith.rewrites.term import Reshape, TExpr
+
+    x, shape = var("x", TExpr), var("shape", Vec[i64])
+    unsound = Rule("drop_reshape", "reshape(x, s) -> x, whatever the shapes (wrong on purpose)",
+                   rewrite(Reshape(x, shape)).to(x), (), lambda: None)
+    g = ts.Graph("reshaped")
+    a = g.input("a", (2, 6), "float32")
+    g.output("y", a.reshape(3, 4).exp())
+    saturated = saturate(g, rules=(*RULES, unsound))
+    assert saturated.report.stopped == "conflict"
+    extracted = extract(saturated)
+    data = {"a": np.random.default_rng(0).standard_normal((2, 6)).astype(np.float32)}
+    np.testing.assert_allclose(evaluate(extracted, data)["y"], evaluate(g, data)["y"])
