@@ -69,10 +69,11 @@ def promote(a: DType, b: DType) -> DType | None:
 
 def numpy_dtype(dtype: DType) -> np.dtype:
     """The numpy dtype that holds this dtype on the host (bfloat16 travels as its raw uint16 bits)."""
-    return {
+    table: dict[DType, np.dtype] = {
         DType.FLOAT32: np.dtype(np.float32), DType.FLOAT16: np.dtype(np.float16),
         DType.BFLOAT16: np.dtype(np.uint16), DType.INT32: np.dtype(np.int32), DType.BOOL: np.dtype(np.bool_),
-    }[dtype]
+    }
+    return table[dtype]
 
 
 def round_to(values: np.ndarray, dtype: DType) -> np.ndarray:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
 
 _PACKAGE_ROOTS = tuple(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + name + os.sep
@@ -44,7 +45,7 @@ class DeviceError(TensorsmithError, RuntimeError):
 
 def user_location() -> str:
     """The `file:line` of the innermost stack frame outside tensorsmith, for error messages."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         if not path.startswith(_PACKAGE_ROOTS) and "<frozen" not in path:

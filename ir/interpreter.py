@@ -5,7 +5,7 @@ bool stays bool. `SEMANTICS` is the one definition of what each op means.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -119,7 +119,7 @@ def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.nda
     if missing or extra:
         raise InputError(f"graph {graph.name!r} takes inputs {list(graph.inputs)}; "
                          f"missing {missing}, unexpected {extra}")
-    arrays = {}
+    arrays: dict[str, np.ndarray] = {}
     for name, node in graph.inputs.items():
         value = np.asarray(_to_numpy(inputs[name]))
         if value.shape != node.shape:
@@ -130,7 +130,7 @@ def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.nda
     return arrays
 
 
-def _to_numpy(value: object) -> object:
+def _to_numpy(value: Any) -> Any:
     """Accept torch tensors (on any device) and cupy arrays as well as numpy arrays."""
     if type(value).__module__.startswith("torch"):
         return value.detach().float().cpu().numpy() if value.is_floating_point() else value.detach().cpu().numpy()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from .dtypes import DType, as_dtype
 from .errors import DTypeError, ShapeError, user_location
@@ -193,5 +193,6 @@ def rebuild(node: Node, srcs: Sequence[Node]) -> Node:
         return cast(srcs[0], node.dtype)
     if op == Op.CONTIGUOUS:
         return contiguous(srcs[0])
-    view = {Op.RESHAPE: reshape, Op.PERMUTE: permute, Op.EXPAND: expand, Op.SLICE: slice_, Op.PAD: pad}[op]
-    return view(srcs[0], arg)
+    views: dict[Op, Callable[[Node, Any], Node]] = {Op.RESHAPE: reshape, Op.PERMUTE: permute, Op.EXPAND: expand,
+                                                    Op.SLICE: slice_, Op.PAD: pad}
+    return views[op](srcs[0], arg)

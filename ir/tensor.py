@@ -261,7 +261,7 @@ def _axes(x: Tensor, axis: int | Sequence[int] | None) -> list[int]:
     try:
         axes = list(axis)  # type: ignore[arg-type]
     except TypeError:  # one axis: an int or a numpy integer
-        axes = [axis]
+        axes = [axis]  # type: ignore[list-item]
     return sorted({P.normalize_axis(a, x.ndim, "reduce", [x.node]) for a in axes})
 
 
