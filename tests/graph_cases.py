@@ -133,6 +133,16 @@ def _tensor_core_batched() -> ts.Graph:
     return g
 
 
+def deep_shared_chain(links: int = 1000) -> ts.Graph:
+    """2 * links + 1 nodes, each used twice: as a tree it would have 2**links leaves; recursion would overflow."""
+    g = ts.Graph("chain")
+    t = g.input("x", (4,), "float32")
+    for _ in range(links):
+        t = (t + t).sin()
+    g.output("y", t)
+    return g
+
+
 CASES: dict[str, Callable[[], ts.Graph]] = {
     "pointwise_math": _pointwise_math, "views": _views, "broadcast_bf16": _broadcast_bf16,
     "integers": _integers, "column_sum": _column_sum, "full_sum": _full_sum, "norms": _norms,

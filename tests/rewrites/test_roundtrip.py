@@ -13,15 +13,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from graph_cases import CASES
+from graph_cases import CASES, deep_shared_chain
 
 import tensorsmith as ts
-from tensorsmith.model_loader import load_graph as load_example
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.primitives import constant, rebuild
+from tensorsmith.model_loader import load_graph as load_example
 from tensorsmith.rewrites import from_egglog, saturate, to_egglog
 from tensorsmith.rewrites.eclasses import EClasses, build_graph, cheapest, read_eclasses
 from tensorsmith.rewrites.term import constructor_cost
+from tensorsmith.search.verify import random_inputs
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
 SEEDS = list(range(12))
@@ -54,19 +55,6 @@ def struct_key(arg: object) -> object:
     return ("float", float(arg).hex()) if isinstance(arg, float) else repr(arg)
 
 
-def random_inputs(graph: ts.Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for name, node in graph.inputs.items():
-        if node.dtype == ts.DType.INT32:
-            arrays[name] = rng.integers(-9, 10, node.shape).astype(np.int32)
-        elif node.dtype == ts.DType.BOOL:
-            arrays[name] = rng.random(node.shape) < 0.5
-        else:
-            arrays[name] = rng.standard_normal(node.shape).astype(np.float32)
-    return arrays
-
-
 def round_trip(graph: ts.Graph) -> ts.Graph:
     egraph, roots = to_egglog(graph)
     return from_egglog(egraph, roots, graph)
@@ -79,7 +67,7 @@ def assert_same_program(graph: ts.Graph, back: ts.Graph) -> None:
     assert back.structural_hash() == cse(graph).structural_hash()
     if len(cse(graph).nodes()) == len(graph.nodes()):
         assert back.structural_hash() == graph.structural_hash()
-    inputs = random_inputs(graph)
+    inputs = random_inputs(graph, seed=0)
     before, after = ts.evaluate(graph, inputs), ts.evaluate(back, inputs)
     for name in graph.outputs:
         np.testing.assert_array_equal(after[name], before[name])
@@ -202,11 +190,7 @@ def test_the_analysis_finds_every_shape_and_dtype() -> None:
 
 def test_a_deep_shared_chain_converts_without_blowing_up() -> None:
     """2000 nodes, each used twice: as a tree the term would have 2**1000 leaves; recursion would overflow."""
-    g = ts.Graph("chain")
-    t = g.input("x", (4,), "float32")
-    for _ in range(1000):
-        t = (t + t).sin()
-    g.output("y", t)
+    g = deep_shared_chain()
     assert len(g.nodes()) == 2001
     start = time.perf_counter()
     back = round_trip(g)

@@ -5,7 +5,7 @@ import importlib
 
 import numpy as np
 import pytest
-from graph_cases import CASES
+from graph_cases import CASES, deep_shared_chain
 
 import tensorsmith as ts
 from tensorsmith.ir.ops import Op
@@ -110,11 +110,7 @@ def test_extracted_graph_cases_evaluate_like_the_originals(case: str) -> None:
 
 
 def test_a_deep_shared_chain_saturates_and_extracts() -> None:
-    g = ts.Graph("chain")
-    t = g.input("x", (4,), "float32")
-    for _ in range(1000):
-        t = (t + t).sin()
-    g.output("y", t)
+    g = deep_shared_chain()
     best = extract(saturate(g))
     assert len(best.nodes()) == len(g.nodes())
     assert_evaluates_alike(g, best)
