@@ -7,6 +7,8 @@ output computes from the sum elementwise (bias, activation, residual) becomes th
 """
 from __future__ import annotations
 
+import math
+
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.node import Node
@@ -49,9 +51,6 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     epilogue.reduced[id(match.reduce)] = (batch + ("m", "n"), "acc")
     epilogue.store(name, out.dtype, batch + ("m", "n"), epilogue.value(out, batch + ("m", "n")))
     bm, bn = schedule["bm"], schedule["bn"]
-    batches = 1
-    for dim in match.batch_shape:
-        batches *= dim
     mma_type, to_mma = MMA_TYPES[match.lhs.dtype]
     return {
         "coords": coords, "m": m, "n": n, "kdim": k, "bm": bm, "bn": bn, "bk": schedule["bk"],
@@ -60,7 +59,7 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         "a_major": "k" if a_major == "kk" else "m", "b_major": "n" if b_major == "n" else "k",
         "copy_a": copy_a, "copy_b": copy_b,
         "epilogue": "\n".join(epilogue.lines), "block": (32 * schedule["warps_m"] * schedule["warps_n"], 1, 1),
-        "grid": (-(-n // bn), -(-m // bm), batches),
+        "grid": (-(-n // bn), -(-m // bm), math.prod(match.batch_shape)),
         "strategy": f"{bm}x{bn} tiles on tensor cores ({mma_type} x {mma_type} -> float), K in steps of {schedule['bk']}",
     }
 

@@ -6,6 +6,7 @@ kernel boundaries this codegen supports.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -111,7 +112,7 @@ def _pointwise_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[s
     emitter = Emitter(shapes)
     for name, node in kernel.outputs:
         emitter.store(name, node.dtype, index, emitter.value(node, index))
-    numel = max(1, _prod(shape))
+    numel = max(1, math.prod(shape))
     block = schedule["block"]
     extra = {"coords": coords, "numel": numel, "block": (block, 1, 1), "grid": (_ceil_div(numel, block), 1, 1),
              "strategy": "one thread per output element"}
@@ -238,7 +239,7 @@ def _row_reduce_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[
         emitter = Emitter(shapes)
         loops = _RowLoops(emitter, plan, vec, row_threads)
     _emit_row_loops(loops)
-    rows = max(1, _prod(plan.row_shape))
+    rows = max(1, math.prod(plan.row_shape))
     how = f"{row_threads} threads per row, {block // row_threads} row(s) per block"
     if vec > 1:
         how += f", the row cached in registers ({loops.items} x {vec} elements per thread, vector loads)"
@@ -287,13 +288,6 @@ def _emit_row_reduction(loops: _RowLoops, reduce: Node, row: tuple[str, ...]) ->
     scratch = "s_scratch_f" if ctype == "float" else "s_scratch_i"
     emitter.line(f"{acc} = row_reduce({acc}, {'Sum' if reduce.op == Op.SUM else 'Max'}(), {scratch});")
     emitter.reduced[id(reduce)] = (row, acc)
-
-
-def _prod(shape: tuple[int, ...]) -> int:
-    total = 1
-    for dim in shape:
-        total *= dim
-    return total
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -1,6 +1,7 @@
 """Graph nodes: one frozen record per op application, compared by identity."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -25,10 +26,7 @@ class Node:
 
     @property
     def size(self) -> int:
-        total = 1
-        for dim in self.shape:
-            total *= dim
-        return total
+        return math.prod(self.shape)
 
     def __repr__(self) -> str:
         arg = f", {self.arg!r}" if self.arg is not None else ""
