@@ -39,6 +39,7 @@ class RenderedKernel:
     params: tuple[str, ...]
     writes: tuple[str, ...]
     schedule: Schedule
+    shared_bytes: int = 0     # dynamic shared memory per block, set at launch
 
 
 @lru_cache(maxsize=1)
@@ -70,7 +71,7 @@ def render_kernel(program: KernelProgram, position: int, version: str = "") -> R
     source = _environment().get_template(f"{kernel.archetype}.cu.j2").render(k=context)
     return RenderedKernel(kernel.name, f"{position:02d}_{kernel.writes[0]}", kernel.archetype, source,
                           context["grid"], context["block"], tuple(p["name"] for p in context["params"]),
-                          kernel.writes, schedule)
+                          kernel.writes, schedule, context.get("shared_bytes", 0))
 
 
 def _index_type(program: KernelProgram) -> str:

@@ -59,7 +59,7 @@ class Session:
     def launch(self, position: int) -> None:
         kernel = self.program.kernels[position]
         args = [np.uint64(self.pointers[p]) for p in kernel.params]
-        runtime.launch(self.functions[position], kernel.grid, kernel.block, args)
+        runtime.launch(self.functions[position], kernel.grid, kernel.block, args, kernel.shared_bytes)
 
     def run_all(self) -> None:
         for position in range(len(self.program.kernels)):

@@ -40,6 +40,7 @@ class CompiledKernel:
     writes: tuple[str, ...]
     measured_ms: float | None = None
     predicted_ms: float | None = None
+    shared_bytes: int = 0              # dynamic shared memory per block
 
 
 @dataclass
@@ -126,7 +127,8 @@ class Program:
             "buffers": [{**tensor(b.name), "role": b.role, "bytes": b.nbytes} for b in self.buffers.values()],
             "kernels": [{"name": k.name, "source": f"kernels/{k.file_stem}.cu", "cubin": f"kernels/{k.file_stem}.cubin",
                          "archetype": k.archetype, "schedule": k.schedule, "grid": list(k.grid),
-                         "block": list(k.block), "params": list(k.params), "writes": list(k.writes),
+                         "block": list(k.block), "shared_bytes": k.shared_bytes,
+                         "params": list(k.params), "writes": list(k.writes),
                          "measured_ms": k.measured_ms,
                          "predicted_ms": k.predicted_ms}
                         for k in self.kernels],
@@ -146,8 +148,7 @@ def load(path: str | os.PathLike) -> Program:
         kernels = [CompiledKernel(k["name"], Path(k["source"]).stem, k["archetype"], k["schedule"],
                                   (folder / k["source"]).read_text(), (folder / k["cubin"]).read_bytes(),
                                   tuple(k["grid"]), tuple(k["block"]), tuple(k["params"]), tuple(k["writes"]),
-                                  k["measured_ms"],
-                                  k.get("predicted_ms"))
+                                  k["measured_ms"], k.get("predicted_ms"), k.get("shared_bytes", 0))
                    for k in doc["kernels"]]
         extra = json.loads((folder / "graph.json").read_text())
         graph = graph_from_data(extra["graph"])
