@@ -1,24 +1,41 @@
 """Benchmark: tensorsmith's tensor-core matmul archetype against torch.matmul (cuBLAS) in one run.
 
 Shapes are issue 5's: 4096^3, and LLM shapes with M = 16, 128, 4096 and N, K from {4096, 11008}. Each
-output is checked against a float64 reference before its timing is printed.
+output is checked against torch's (itself checked against a float64 reference) before its timing counts.
 
-    python benchmarks/matmul.py [--dtype float16|bfloat16] [--quick]
+    python benchmarks/matmul.py [--dtype float16|bfloat16] [--quick]   # ts.compile, as a user would
+    python benchmarks/matmul.py --sweep [--quick]                        # the kernel under fixed schedules
+
+`--sweep` times the one matmul kernel directly under each schedule of SWEEP (what the search would
+choose between), so that a default can be picked from measurements.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import numpy as np
 import torch
 
 import tensorsmith as ts
+from tensorsmith.codegen import runtime
+from tensorsmith.codegen.nvrtc import compile_cubin
+from tensorsmith.codegen.render import render_kernel
+from tensorsmith.ir.kernel_program import Schedule
+from tensorsmith.search.partition import partition
 from tensorsmith.search.verify import random_inputs, relative_l2
 
 from memory_bound import time_torch
 
 SHAPES = [(4096, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096), (16, 11008, 4096), (128, 4096, 11008),
-          (4096, 11008, 4096)]
+          (4096, 11008, 4096), (4096, 4096, 11008)]
+SWEEP = [dict(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4),
+         dict(bm=128, bn=256, bk=32, stages=3, warps_m=2, warps_n=4),
+         dict(bm=128, bn=128, bk=64, stages=3, warps_m=2, warps_n=4),
+         dict(bm=128, bn=256, bk=64, stages=2, warps_m=2, warps_n=4),
+         dict(bm=64, bn=128, bk=64, stages=4, warps_m=2, warps_n=2),
+         dict(bm=32, bn=64, bk=64, stages=4, warps_m=1, warps_n=4),
+         dict(bm=32, bn=128, bk=64, stages=4, warps_m=1, warps_n=4)]
 
 
 def matmul_graph(m: int, n: int, k: int, dtype: str) -> ts.Graph:
@@ -27,24 +44,67 @@ def matmul_graph(m: int, n: int, k: int, dtype: str) -> ts.Graph:
     return g
 
 
+def _row(label: str, ours_ms: float, theirs_ms: float, flops: float) -> str:
+    return (f"{label:34s} {ours_ms * 1000:9.1f} us {flops / ours_ms / 1e9:7.1f} {theirs_ms * 1000:8.1f} us "
+            f"{flops / theirs_ms / 1e9:7.1f} {theirs_ms / ours_ms:6.2f}")
+
+
+def sweep(m: int, n: int, k: int, dtype: str, a: torch.Tensor, b: torch.Tensor, expected: torch.Tensor,
+          theirs_ms: float) -> None:
+    """Each SWEEP schedule's kernel on torch's tensors (zero copy), checked, then timed like cuBLAS."""
+    program = partition(matmul_graph(m, n, k, dtype))
+    out = torch.empty((m, n), dtype=a.dtype, device="cuda")
+    pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": out.data_ptr()}
+    for params in SWEEP:
+        kernel = dataclasses.replace(program.kernels[0], schedule=Schedule.of(**params))
+        rendered = render_kernel(dataclasses.replace(program, kernels=[kernel]), 0)
+        function = runtime.Module(compile_cubin(rendered.source, rendered.name, arch="sm_90")).function(rendered.name)
+        args = [np.uint64(pointers[p]) for p in rendered.params]
+
+        def run() -> None:
+            runtime.launch(function, rendered.grid, rendered.block, args, rendered.shared_bytes)
+        out.fill_(float("nan"))
+        run()
+        runtime.synchronize()
+        error = relative_l2(out.float().cpu().numpy(), expected.float().cpu().numpy())
+        label = "  " + "/".join(str(v) for v in params.values())
+        if not error < 1e-2:
+            print(f"{label:34s} WRONG: relative L2 {error:.3g}")
+            continue
+        ours_ms = float(np.median(runtime.time_kernel(run, warmup=5, repeat=30)))
+        print(_row(label, ours_ms, theirs_ms, 2.0 * m * n * k))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     parser.add_argument("--quick", action="store_true", help="only the first three shapes")
+    parser.add_argument("--sweep", action="store_true", help="time the kernel under each schedule of SWEEP")
     args = parser.parse_args()
     torch_dtype = getattr(torch, args.dtype)
-    print(f"{'M x N x K':22s} {'tensorsmith':>12s} {'TFLOP/s':>8s} {'cuBLAS':>10s} {'TFLOP/s':>8s} {'ratio':>6s}")
+    print(f"{args.dtype}: {'M x N x K':25s} {'tensorsmith':>12s} {'TFLOP/s':>7s} {'cuBLAS':>11s} {'TFLOP/s':>7s} "
+          f"{'ratio':>6s}")
     for m, n, k in SHAPES[:3] if args.quick else SHAPES:
         graph = matmul_graph(m, n, k, args.dtype)
-        program = ts.compile(graph, profile=True, cache=False)
         inputs = random_inputs(graph, seed=1)
-        tensors = [torch.from_numpy(inputs[name]).to(torch_dtype).cuda() for name in ("a", "b")]
-        reference = np.matmul(inputs["a"].astype(np.float64), inputs["b"].astype(np.float64))
-        assert relative_l2(torch.matmul(*tensors).float().cpu().numpy(), reference) < 1e-2
-        ours_ms, theirs_ms = program.report["total_ms"], time_torch(torch.matmul, tensors)
-        flops = 2.0 * m * n * k
-        print(f"{m:5d} x {n:5d} x {k:5d}  {ours_ms * 1000:9.1f} us {flops / ours_ms / 1e9:8.1f} "
-              f"{theirs_ms * 1000:7.1f} us {flops / theirs_ms / 1e9:8.1f} {theirs_ms / ours_ms:6.2f}")
+        a, b = (torch.from_numpy(inputs[name]).to(torch_dtype).cuda() for name in ("a", "b"))
+        expected = torch.matmul(a, b)
+        rows = np.random.default_rng(0).choice(m, size=min(m, 64), replace=False)   # a float64 spot check
+        reference = inputs["a"][rows].astype(np.float64) @ inputs["b"].astype(np.float64)
+        assert relative_l2(expected[torch.from_numpy(rows).cuda()].float().cpu().numpy(), reference) < 1e-2
+        theirs_ms = time_torch(torch.matmul, (a, b))
+        label = f"{m:5d} x {n:5d} x {k:5d}"
+        if args.sweep:
+            print(label)
+            sweep(m, n, k, args.dtype, a, b, expected, theirs_ms)
+            continue
+        program = ts.compile(graph, profile=True, cache=False)
+        out = program(a=a, b=b)["c"]
+        error = relative_l2(out.float().cpu().numpy(), expected.float().cpu().numpy())
+        if not error < 1e-2:
+            print(f"{label:34s} WRONG: relative L2 {error:.3g}")
+            continue
+        print(_row(label, program.report["total_ms"], theirs_ms, 2.0 * m * n * k) + f"  {program.kernels[0].schedule}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,15 @@ from .emit import Emitter, NotFusable, delinearize, linear_index
 MMA_TYPES = {DType.FLOAT16: ("__half", "__float2half_rn"), DType.BFLOAT16: ("__nv_bfloat16", "__float2bfloat16_rn")}
 MIN_DIM = 16   # one tensor-core fragment; smaller products stay on the CUDA cores
 CHUNK = 8      # fp16/bf16 elements in one 16-byte copy
+PAD = 8        # elements added to each shared tile row (the template's PAD)
+MMA_BYTES = 2  # fp16 and bf16
+
+
+def shared_bytes(bm: int, bn: int, bk: int, stages: int, a_major: str = "k", b_major: str = "n") -> int:
+    """Dynamic shared memory of the pipeline: `stages` x (A tile + B tile), rows padded as the template pads them."""
+    a_tile = bm * (bk + PAD) if a_major == "k" else bk * (bm + PAD)
+    b_tile = bk * (bn + PAD) if b_major == "n" else bn * (bk + PAD)
+    return MMA_BYTES * stages * (a_tile + b_tile)
 
 
 def tensor_core_match(node: Node) -> MatmulMatch | None:
@@ -48,19 +57,22 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     copy_a = copy_a if fast[a_major] % CHUNK == 0 else None   # whole 16-byte chunks, in or out of the matrix
     copy_b = copy_b if fast[b_major] % CHUNK == 0 else None
     epilogue = Emitter(shapes, indent=5)
-    epilogue.reduced[id(match.reduce)] = (batch + ("m", "n"), "acc")
+    epilogue.reduced[id(match.reduce)] = (batch + ("m", "n"), "acc_value")
     epilogue.store(name, out.dtype, batch + ("m", "n"), epilogue.value(out, batch + ("m", "n")))
-    bm, bn = schedule["bm"], schedule["bn"]
+    bm, bn, bk, stages = schedule["bm"], schedule["bn"], schedule["bk"], schedule["stages"]
     mma_type, to_mma = MMA_TYPES[match.lhs.dtype]
+    a_layout, b_layout = ("k" if a_major == "kk" else "m"), ("n" if b_major == "n" else "k")
+    copies = " and ".join(name for name, plan in (("A", copy_a), ("B", copy_b)) if plan) or "neither operand"
     return {
-        "coords": coords, "m": m, "n": n, "kdim": k, "bm": bm, "bn": bn, "bk": schedule["bk"],
+        "coords": coords, "m": m, "n": n, "kdim": k, "bm": bm, "bn": bn, "bk": bk, "stages": stages,
         "warps_m": schedule["warps_m"], "warps_n": schedule["warps_n"], "mma_type": mma_type, "to_mma": to_mma,
         "load_a": "\n".join(load_a), "value_a": value_a, "load_b": "\n".join(load_b), "value_b": value_b,
-        "a_major": "k" if a_major == "kk" else "m", "b_major": "n" if b_major == "n" else "k",
-        "copy_a": copy_a, "copy_b": copy_b,
+        "a_major": a_layout, "b_major": b_layout, "copy_a": copy_a, "copy_b": copy_b,
         "epilogue": "\n".join(epilogue.lines), "block": (32 * schedule["warps_m"] * schedule["warps_n"], 1, 1),
         "grid": (-(-n // bn), -(-m // bm), math.prod(match.batch_shape)),
-        "strategy": f"{bm}x{bn} tiles on tensor cores ({mma_type} x {mma_type} -> float), K in steps of {schedule['bk']}",
+        "shared_bytes": shared_bytes(bm, bn, bk, stages, a_layout, b_layout),
+        "strategy": (f"{bm}x{bn} tiles on tensor cores (mma.sync m16n8k16, {mma_type} -> float), K in steps of "
+                     f"{bk} through a {stages}-stage cp.async pipeline ({copies} copied asynchronously)"),
     }
 
 

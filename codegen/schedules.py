@@ -9,7 +9,8 @@ ARCHETYPES: dict[str, dict[str, tuple[int, ...]]] = {
     "pointwise": {"block": (128, 256, 512)},
     "row_reduce": {"row_threads": (32, 64, 128, 256, 512, 1024), "block": (32, 64, 128, 256, 512, 1024),
                    "vec": (1, 2, 4, 8)},
-    "matmul": {"bm": (64, 128), "bn": (64, 128), "bk": (32, 64), "warps_m": (2, 4), "warps_n": (2, 4)},
+    "matmul": {"bm": (32, 64, 128), "bn": (64, 128, 256), "bk": (32, 64), "stages": (2, 3, 4),
+               "warps_m": (1, 2, 4), "warps_n": (2, 4)},
 }
 ELEMENTS_PER_THREAD = 8   # aim for this many elements of a row per thread in each strided loop
 
@@ -20,9 +21,9 @@ def default_schedule(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Sche
         return Schedule.of(block=256)
     if kernel.archetype == "matmul":
         (_, out), = kernel.outputs
-        tile_m = 128 if out.shape[-2] >= 128 else 64
+        tile_m = 128 if out.shape[-2] >= 128 else 64 if out.shape[-2] > 32 else 32
         tile_n = 128 if out.shape[-1] >= 128 else 64
-        return Schedule.of(bm=tile_m, bn=tile_n, bk=32, warps_m=2, warps_n=4)
+        return Schedule.of(bm=tile_m, bn=tile_n, bk=32, stages=4, warps_m=2 if tile_m > 32 else 1, warps_n=4)
     from .render import vector_width   # render imports this module
     vec = vector_width(kernel, shapes)
     longest = max((n.srcs[0].shape[n.arg] for n in kernel.body if n.op in REDUCE), default=1)
@@ -43,7 +44,17 @@ def is_valid(archetype: str, schedule: Schedule) -> bool:
     if archetype == "row_reduce":
         threads, block = params["row_threads"], params["block"]
         return block % threads == 0 and (threads == 32 or block == threads)
-    if archetype == "matmul":   # 8 warps whose warp tiles are whole 16x16 fragments
-        warps_m, warps_n = params["warps_m"], params["warps_n"]
-        return warps_m * warps_n == 8 and params["bm"] % (16 * warps_m) == 0 and params["bn"] % (16 * warps_n) == 0
+    if archetype == "matmul":
+        return matmul_schedule_ok(params)
     return True
+
+
+MAX_ACCUMULATORS = 128   # fp32 accumulator registers per thread; past this the tile spills
+
+
+def matmul_schedule_ok(params: dict[str, int]) -> bool:
+    """4 or 8 warps whose warp tiles are whole 16x16 fragments, with at most MAX_ACCUMULATORS per thread."""
+    bm, bn, warps_m, warps_n = params["bm"], params["bn"], params["warps_m"], params["warps_n"]
+    if warps_m * warps_n not in (4, 8) or bm % (16 * warps_m) or bn % (16 * warps_n):
+        return False
+    return (bm // warps_m) * (bn // warps_n) // 32 <= MAX_ACCUMULATORS

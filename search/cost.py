@@ -162,11 +162,9 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
         return Geometry(-(-numel // params["block"]), params["block"], 0, itemsize, reads, 1)
     if kernel.archetype == "matmul":
         launch = matmul_body(kernel, shapes, schedule)
-        bm, bn, bk = params["bm"], params["bn"], params["bk"]
-        threads = launch["block"][0]
-        shared = MMA_BYTES * (bm * (bk + MMA_PAD) + bk * (bn + MMA_PAD)) + 4 * 256 * (threads // WARP)
-        tile_loads = bm * bk // threads
-        return Geometry(math.prod(launch["grid"]), threads, shared, MMA_BYTES, max(1, tile_loads),
+        threads, bk = launch["block"][0], params["bk"]
+        tile_loads = params["stages"] * params["bm"] * bk // threads   # elements in flight per thread
+        return Geometry(math.prod(launch["grid"]), threads, launch["shared_bytes"], MMA_BYTES, max(1, tile_loads),
                         -(-launch["kdim"] // bk))
     plan = row_plan(kernel)
     rows = max(1, math.prod(plan.row_shape))

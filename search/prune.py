@@ -26,7 +26,7 @@ import z3
 
 from tensorsmith.codegen.emit import NotFusable
 from tensorsmith.codegen.render import row_plan, vector_width
-from tensorsmith.codegen.schedules import ARCHETYPES
+from tensorsmith.codegen.schedules import ARCHETYPES, MAX_ACCUMULATORS
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.node import Node, toposort
@@ -81,10 +81,16 @@ def schedule_constraints(facts: KernelFacts, target: Target) -> tuple[dict[str, 
         rules += _row_constraints(facts, target, var["row_threads"], var["block"], var["vec"])
     elif facts.archetype == "matmul":
         threads = WARP * var["warps_m"] * var["warps_n"]
-        shared = (MMA_BYTES * (var["bm"] * (var["bk"] + MMA_PAD) + var["bk"] * (var["bn"] + MMA_PAD))
-                  + 4 * 256 * var["warps_m"] * var["warps_n"])
-        rules += [("block <= max threads", threads <= target.max_threads_per_block),
-                  ("static shared memory", shared <= min(STATIC_SHARED_BYTES, target.shared_bytes_per_block))]
+        # the pipeline's tiles, bounded over both layouts of each operand (the template pads rows by MMA_PAD)
+        tiles = (var["bm"] + MMA_PAD) * (var["bk"] + MMA_PAD) + (var["bk"] + MMA_PAD) * (var["bn"] + MMA_PAD)
+        accumulators = var["bm"] * var["bn"] / threads
+        warps = var["warps_m"] * var["warps_n"]
+        rules += [("4 or 8 warps", z3.Or(warps == 4, warps == 8)),
+                  ("warp tiles of whole 16x16 fragments",
+                   z3.And(var["bm"] % (16 * var["warps_m"]) == 0, var["bn"] % (16 * var["warps_n"]) == 0)),
+                  ("block <= max threads", threads <= target.max_threads_per_block),
+                  ("dynamic shared memory", MMA_BYTES * var["stages"] * tiles <= target.shared_bytes_per_block),
+                  ("accumulators per thread", accumulators <= MAX_ACCUMULATORS)]
     return var, rules
 
 

@@ -1,0 +1,76 @@
+"""Tensor-core matmuls for the matmul archetype's tests: layouts, dtypes, edges, fusion, and schedule points.
+
+Each case is a graph whose output kernel is one matmul; shapes either divide every tile or divide none.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import tensorsmith as ts
+from tensorsmith import nn
+from tensorsmith.codegen.render import RenderedKernel, render_kernel
+from tensorsmith.ir.kernel_program import KernelProgram, Schedule
+from tensorsmith.search.partition import partition
+
+
+def _product(name: str, m: int, n: int, k: int, dtype: str = "float16", a_t: bool = False,
+             b_t: bool = False) -> ts.Graph:
+    """a @ b with a stored (m, k) or, with a_t, (k, m); b stored (k, n) or, with b_t, (n, k)."""
+    g = ts.Graph(name)
+    a = g.input("a", (k, m) if a_t else (m, k), dtype)
+    b = g.input("b", (n, k) if b_t else (k, n), dtype)
+    g.output("c", (a.transpose(0, 1) if a_t else a) @ (b.transpose(0, 1) if b_t else b))
+    return g
+
+
+def _fused() -> ts.Graph:
+    """A per-row scale on the left operand (its prologue), bias and GELU and a residual after (the epilogue)."""
+    g = ts.Graph("fused")
+    x = g.input("x", (70, 96), "float16")
+    scale = g.input("scale", (70, 1), "float16")
+    w = g.input("w", (96, 120), "float16")
+    bias = g.input("bias", (120,), "float16")
+    residual = g.input("residual", (70, 120), "float16")
+    g.output("y", nn.gelu((x * scale) @ w + bias) + residual)
+    return g
+
+
+def _batched() -> ts.Graph:
+    g = ts.Graph("batched")
+    a = g.input("a", (2, 3, 40, 56), "bfloat16")
+    b = g.input("b", (2, 3, 56, 72), "bfloat16")
+    g.output("c", a @ b)
+    return g
+
+
+MATMUL_CASES: dict[str, Callable[[], ts.Graph]] = {
+    "dividing": lambda: _product("dividing", 128, 256, 128),
+    "ragged": lambda: _product("ragged", 100, 72, 40),
+    "ragged_bf16_both_transposed": lambda: _product("ragged_t", 77, 200, 136, "bfloat16", a_t=True, b_t=True),
+    "a_transposed": lambda: _product("a_t", 96, 64, 48, a_t=True),
+    "b_transposed_small_m": lambda: _product("small_m", 16, 384, 256, b_t=True),
+    "k_not_multiple_of_8": lambda: _product("k_odd", 48, 40, 36),     # no 16-byte copies: the prologue path
+    "fused": _fused,
+    "batched": _batched,
+}
+
+# Points of the schedule space that differ in every parameter; `None` is codegen's default.
+MATMUL_SCHEDULES: list[dict[str, int] | None] = [
+    None,
+    {"bm": 32, "bn": 64, "bk": 64, "stages": 2, "warps_m": 1, "warps_n": 4},
+    {"bm": 64, "bn": 128, "bk": 32, "stages": 3, "warps_m": 2, "warps_n": 2},
+    {"bm": 128, "bn": 256, "bk": 32, "stages": 3, "warps_m": 2, "warps_n": 4},
+    {"bm": 128, "bn": 64, "bk": 64, "stages": 4, "warps_m": 4, "warps_n": 2},
+]
+
+
+def matmul_program(graph: ts.Graph, schedule: dict[str, int] | None) -> tuple[KernelProgram, RenderedKernel]:
+    """The graph as kernels with its one matmul kernel under `schedule`, and that kernel rendered."""
+    program = partition(graph)
+    position = next(p for p, kernel in enumerate(program.kernels) if kernel.archetype == "matmul")
+    if schedule is not None:
+        kernels = list(program.kernels)
+        kernels[position] = dataclasses.replace(kernels[position], schedule=Schedule.of(**schedule))
+        program = dataclasses.replace(program, kernels=kernels)
+    return program, render_kernel(program, position)
