@@ -15,5 +15,5 @@ for model in examples/*.py; do
     python3 -m tensorsmith.cli compile --target sm90 "$model" -o "$OUT/$name" -q || echo "compile $name FAILED"
     python3 -m tensorsmith.cli run "$OUT/$name" --check --device cuda | tail -1
 done 2>&1 | tee $OUT/examples.log
-python3 benchmarks/memory_bound.py 2>&1 | tee $OUT/memory_bound.log | tail -5
+python3 benchmarks/memory_bound.py 2>&1 | tee $OUT/memory_bound.log | tail -8
 (cd benchmarks && python3 matmul.py "$@") 2>&1 | tee $OUT/matmul.log | tail -8

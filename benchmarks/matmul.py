@@ -29,13 +29,20 @@ from memory_bound import time_torch
 
 SHAPES = [(4096, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096), (16, 11008, 4096), (128, 4096, 11008),
           (4096, 11008, 4096), (4096, 4096, 11008)]
-SWEEP = [dict(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4),
-         dict(bm=128, bn=256, bk=32, stages=3, warps_m=2, warps_n=4),
-         dict(bm=128, bn=128, bk=64, stages=3, warps_m=2, warps_n=4),
-         dict(bm=128, bn=256, bk=64, stages=2, warps_m=2, warps_n=4),
-         dict(bm=64, bn=128, bk=64, stages=4, warps_m=2, warps_n=2),
-         dict(bm=32, bn=64, bk=64, stages=4, warps_m=1, warps_n=4),
-         dict(bm=32, bn=128, bk=64, stages=4, warps_m=1, warps_n=4)]
+SWEEP = [dict(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4, split_k=1, wgmma=0),
+         dict(bm=128, bn=128, bk=64, stages=3, warps_m=2, warps_n=4, split_k=1, wgmma=0),
+         dict(bm=128, bn=256, bk=64, stages=2, warps_m=2, warps_n=4, split_k=1, wgmma=0),
+         dict(bm=128, bn=128, bk=64, stages=4, warps_m=4, warps_n=2, split_k=1, wgmma=0),
+         dict(bm=32, bn=64, bk=64, stages=4, warps_m=1, warps_n=4, split_k=4, wgmma=0),
+         dict(bm=32, bn=128, bk=64, stages=4, warps_m=1, warps_n=4, split_k=4, wgmma=0),
+         dict(bm=32, bn=64, bk=64, stages=4, warps_m=1, warps_n=4, split_k=8, wgmma=0),
+         dict(bm=64, bn=128, bk=64, stages=4, warps_m=2, warps_n=2, split_k=2, wgmma=0),
+         dict(bm=64, bn=64, bk=64, stages=4, warps_m=2, warps_n=2, split_k=4, wgmma=0),
+         dict(bm=128, bn=256, bk=64, stages=4, warps_m=2, warps_n=4, split_k=1, wgmma=1),
+         dict(bm=128, bn=256, bk=64, stages=3, warps_m=2, warps_n=4, split_k=1, wgmma=1),
+         dict(bm=128, bn=128, bk=64, stages=4, warps_m=2, warps_n=4, split_k=1, wgmma=1),
+         dict(bm=64, bn=256, bk=64, stages=4, warps_m=1, warps_n=4, split_k=1, wgmma=1),
+         None]   # None: codegen's default for the shape
 
 
 def matmul_graph(m: int, n: int, k: int, dtype: str) -> ts.Graph:
@@ -56,9 +63,12 @@ def sweep(m: int, n: int, k: int, dtype: str, a: torch.Tensor, b: torch.Tensor, 
     out = torch.empty((m, n), dtype=a.dtype, device="cuda")
     pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": out.data_ptr()}
     for params in SWEEP:
-        kernel = dataclasses.replace(program.kernels[0], schedule=Schedule.of(**params))
+        kernel = program.kernels[0]
+        if params is not None:
+            kernel = dataclasses.replace(kernel, schedule=Schedule.of(**params))
         rendered = render_kernel(dataclasses.replace(program, kernels=[kernel]), 0)
-        function = runtime.Module(compile_cubin(rendered.source, rendered.name, arch="sm_90")).function(rendered.name)
+        cubin = compile_cubin(rendered.source, rendered.name, arch=rendered.arch or "sm_90")   # sm_90a for wgmma
+        function = runtime.Module(cubin).function(rendered.name)
         args = [np.uint64(pointers[p]) for p in rendered.params]
 
         def run() -> None:
@@ -67,7 +77,8 @@ def sweep(m: int, n: int, k: int, dtype: str, a: torch.Tensor, b: torch.Tensor, 
         run()
         runtime.synchronize()
         error = relative_l2(out.float().cpu().numpy(), expected.float().cpu().numpy())
-        label = "  " + "/".join(str(v) for v in params.values())
+        label = "  " + ("default " if params is None else "") + "/".join(
+            str(v) for v in rendered.schedule.as_dict().values())
         if not error < 1e-2:
             print(f"{label:34s} WRONG: relative L2 {error:.3g}")
             continue

@@ -4,10 +4,15 @@ Values are computed at a symbolic index (a tuple of C integer expressions, one p
 move data: they rewrite the index and ask for the source's value there. Each (node, index) pair is
 emitted once per scope and named `v<N>`; reductions are either supplied by the archetype (a value
 already reduced cooperatively for the current row) or refused with `NotFusable`.
+
+Inside a loop that the archetype marks with `begin_invariants(variables)`, a value whose index names none
+of the loop's variables (a broadcast operand, a statistic of the row) is emitted once before the loop and
+shared by every iteration and every later loop of the scope.
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from tensorsmith.ir.dtypes import DType
@@ -121,8 +126,9 @@ class Emitter:
     lines: list[str] = field(default_factory=list)
     reduced: dict[int, tuple[Index, str]] = field(default_factory=dict)
     accesses: list[tuple[Node, Index]] = field(default_factory=list)        # every load, for planning
-    preloaded: dict[tuple[str, Index], str] = field(default_factory=dict)  # (buffer, index) -> register array
+    preloaded: dict[tuple[str, Index], str] = field(default_factory=dict)  # (buffer, index) -> register value
     _memo: list[dict[tuple[int, Index], str]] = field(default_factory=lambda: [{}])
+    _invariants: _Invariants | None = None
     _count: int = 0
     indent: int = 1
 
@@ -144,13 +150,40 @@ class Emitter:
         self.indent -= 1
         self.line("}")
 
+    def begin_invariants(self, variables: tuple[str, ...]) -> None:
+        """Values emitted from here until `end_invariants` whose index names none of `variables` (the loop's, which
+        must open next) go before the loop, in the current scope."""
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, variables)) + r")\b")
+        self._invariants = _Invariants(pattern, len(self.lines), self.indent, self._memo[-1])
+
+    def end_invariants(self) -> None:
+        self._invariants = None
+
     def value(self, node: Node, index: Index) -> str:
         """A C expression holding `node`'s value at `index` (emitting the statements it needs)."""
         key = (id(node), index)
+        hoist = self._invariants
+        if hoist is not None and not any(hoist.variables.search(part) for part in index):
+            if key not in hoist.memo:
+                hoist.memo[key] = self._emit_before_loop(node, index, hoist)
+            return hoist.memo[key]
         memo = self._memo[-1]
         if key not in memo:
             memo[key] = self._emit(node, index)
         return memo[key]
+
+    def _emit_before_loop(self, node: Node, index: Index, hoist: _Invariants) -> str:
+        """Emit `node` at `index` where the loop begins (its sources' indices name no loop variable either)."""
+        saved = self.lines, self.indent, self._memo, self._invariants
+        self.lines, self.indent, self._memo, self._invariants = [], hoist.indent, [hoist.memo], None
+        try:
+            name = self._emit(node, index)
+            hoisted = self.lines
+        finally:
+            self.lines, self.indent, self._memo, self._invariants = saved
+        self.lines[hoist.position:hoist.position] = hoisted
+        hoist.position += len(hoisted)
+        return name
 
     def _bind(self, node: Node, expr: str) -> str:
         name = self.fresh()
@@ -162,7 +195,7 @@ class Emitter:
         if op == Op.INPUT:
             self.accesses.append((node, index))
             if (node.arg, index) in self.preloaded:
-                return f"{self.preloaded[node.arg, index]}[it][v]"
+                return self.preloaded[node.arg, index]
             load = f"g_{node.arg}[{linear_index(index, self.buffer_shapes[node.arg])}]"
             return self._bind(node, LOAD.get(node.dtype, "{}").format(load))
         if op == Op.CONSTANT:
@@ -222,6 +255,16 @@ class Emitter:
     def store(self, buffer: str, dtype: DType, index: Index, value: str) -> None:
         offset = linear_index(index, self.buffer_shapes[buffer])
         self.line(f"g_{buffer}[{offset}] = {STORE.get(dtype, '{}').format(value)};")
+
+
+@dataclass
+class _Invariants:
+    """Where a loop's invariant values go: before the loop, in the scope (and memo) that encloses it."""
+
+    variables: re.Pattern[str]
+    position: int
+    indent: int
+    memo: dict[tuple[int, Index], str]
 
 
 def is_inline_reduce(node: Node) -> bool:

@@ -8,6 +8,7 @@ output computes from the sum elementwise (bias, activation, residual) becomes th
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.kernel_program import Kernel, Schedule
@@ -16,19 +17,28 @@ from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import MatmulMatch, match_matmul
 
 from .emit import Emitter, NotFusable, delinearize, linear_index
+from .schedules import wgmma_schedule_ok
 
 MMA_TYPES = {DType.FLOAT16: ("__half", "__float2half_rn"), DType.BFLOAT16: ("__nv_bfloat16", "__float2bfloat16_rn")}
 MIN_DIM = 16   # one tensor-core fragment; smaller products stay on the CUDA cores
 CHUNK = 8      # fp16/bf16 elements in one 16-byte copy
 PAD = 8        # elements added to each shared tile row (the template's PAD)
 MMA_BYTES = 2  # fp16 and bf16
+WGMMA_ARCH = "sm_90a"   # wgmma needs the architecture-specific target
+WGMMA_ALIGN = 1024      # the 128-byte swizzle repeats every 1024 bytes: stages start on such a boundary
 
 
-def shared_bytes(bm: int, bn: int, bk: int, stages: int, a_major: str = "k", b_major: str = "n") -> int:
-    """Dynamic shared memory of the pipeline: `stages` x (A tile + B tile), rows padded as the template pads them."""
+PARTIAL_PAD = 4   # floats added to each row of a split block's partial sums
+
+
+def shared_bytes(bm: int, bn: int, bk: int, stages: int, a_major: str = "k", b_major: str = "n",
+                 split_k: int = 1) -> int:
+    """Dynamic shared memory: `stages` x (A tile + B tile), rows padded as the template pads them; with split K
+    at least the block's partial sums (fp32), which reuse the pipeline's memory."""
     a_tile = bm * (bk + PAD) if a_major == "k" else bk * (bm + PAD)
     b_tile = bk * (bn + PAD) if b_major == "n" else bn * (bk + PAD)
-    return MMA_BYTES * stages * (a_tile + b_tile)
+    pipeline = MMA_BYTES * stages * (a_tile + b_tile)
+    return pipeline if split_k == 1 else max(pipeline, 4 * bm * (bn + PARTIAL_PAD))
 
 
 def tensor_core_match(node: Node) -> MatmulMatch | None:
@@ -41,6 +51,72 @@ def tensor_core_match(node: Node) -> MatmulMatch | None:
 
 def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     """The template context of a matmul kernel: the prologue loads, the epilogue, and the launch shape."""
+    plan = _matmul_plan(kernel.name, kernel.outputs, tuple(sorted(shapes.items())))
+    coords, load_a, value_a, load_b, value_b = (plan[key] for key in ("coords", "load_a", "value_a", "load_b", "value_b"))
+    a_major, b_major, copy_a, copy_b, epilogue = (plan[key] for key in ("a_major", "b_major", "copy_a", "copy_b",
+                                                                         "epilogue"))
+    match: MatmulMatch = plan["match"]
+    m, n, k = match.dims
+    bm, bn, bk, stages, split_k = (schedule[p] for p in ("bm", "bn", "bk", "stages", "split_k"))
+    mma_type, to_mma = MMA_TYPES[match.lhs.dtype]
+    a_layout, b_layout = ("k" if a_major == "kk" else "m"), ("n" if b_major == "n" else "k")
+    copies = " and ".join(name for name, copy in (("A", copy_a), ("B", copy_b)) if copy) or "neither operand"
+    context = {
+        "coords": coords, "m": m, "n": n, "kdim": k, "bm": bm, "bn": bn, "bk": bk, "stages": stages, "split_k": split_k,
+        "warps_m": schedule["warps_m"], "warps_n": schedule["warps_n"], "mma_type": mma_type, "to_mma": to_mma,
+        "load_a": "\n".join(load_a), "value_a": value_a, "load_b": "\n".join(load_b), "value_b": value_b,
+        "a_major": a_layout, "b_major": b_layout, "copy_a": copy_a, "copy_b": copy_b,
+        "epilogue": "\n".join(epilogue.lines), "block": (32 * schedule["warps_m"] * schedule["warps_n"], 1, 1),
+        "grid": (-(-n // bn), -(-m // bm), math.prod(match.batch_shape) * split_k),
+        "shared_bytes": shared_bytes(bm, bn, bk, stages, a_layout, b_layout, split_k),
+        **({"cluster": (1, 1, split_k)} if split_k > 1 else {}),
+        "strategy": (f"{bm}x{bn} tiles on tensor cores (mma.sync m16n8k16, {mma_type} -> float), K in steps of "
+                     f"{bk} through a {stages}-stage cp.async pipeline ({copies} copied asynchronously)"
+                     + (f", K split between the {split_k} blocks of a cluster" if split_k > 1 else "")),
+    }
+    if schedule.as_dict().get("wgmma"):
+        if not wgmma_schedule_ok(schedule.as_dict()):
+            raise ValueError(f"wgmma=1 needs bk=64, warps_n=4, bm=64*warps_m, stages>=3, split_k=1; got {schedule}")
+        if copy_a is not None and copy_b is not None:   # else mma.sync under the same tile (documented below)
+            context.update(_wgmma(context))
+    return context
+
+
+def takes_wgmma(kernel: Kernel, shapes: dict) -> bool:
+    """Whether a wgmma schedule renders `kernel` with wgmma: both operands plain 16-byte copies of buffers.
+
+    A schedule with wgmma=1 for operands that are not (a prologue to compute, a contiguous axis not in whole
+    16-byte chunks) is not an error: the kernel falls back to mma.sync under the same tile (every valid wgmma
+    schedule is a valid mma.sync one), so search needs no operand facts to stay sound.
+    """
+    probe = matmul_body(kernel, shapes, Schedule.of(bm=64, bn=64, bk=64, stages=3, warps_m=1, warps_n=4,
+                                                    split_k=1, wgmma=1))
+    return probe.get("template") == "matmul_wgmma"
+
+
+def _wgmma(context: dict) -> dict:
+    """What the wgmma template (matmul_wgmma.cu.j2, sm_90a) changes in the context: BM / 64 warpgroups."""
+    bm, bn, bk, stages = context["bm"], context["bn"], context["bk"], context["stages"]
+    return {
+        "template": "matmul_wgmma", "arch": WGMMA_ARCH, "block": (128 * (bm // 64), 1, 1),
+        "shared_bytes": wgmma_shared_bytes(bm, bn, bk, stages),
+        "strategy": (f"{bm}x{bn} tiles on Hopper's warpgroup MMA (wgmma m64n{bn}k16 from 128-byte swizzled shared "
+                     f"memory, {context['mma_type']} -> float), K in steps of {bk} through a {stages}-stage cp.async "
+                     f"pipeline"),
+    }
+
+
+def wgmma_shared_bytes(bm: int, bn: int, bk: int, stages: int) -> int:
+    """Dynamic shared memory of the wgmma pipeline: unpadded swizzled tiles, plus 1024 bytes to align them."""
+    return MMA_BYTES * stages * (bm + bn) * bk + WGMMA_ALIGN
+
+
+@lru_cache(maxsize=1024)
+def _matmul_plan(name: str, outputs: tuple, shapes_key: tuple) -> dict:
+    """What does not depend on the schedule: the match, the operands' loads and copy plans, the epilogue
+    (search prices hundreds of schedules per kernel, so this is shared between them)."""
+    kernel = Kernel(name, "matmul", outputs)
+    shapes = dict(shapes_key)
     if len(kernel.outputs) != 1:
         raise NotFusable(kernel.outputs[1][1], "a matmul kernel writes one output")
     name, out = kernel.outputs[0]
@@ -59,21 +135,9 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     epilogue = Emitter(shapes, indent=5)
     epilogue.reduced[id(match.reduce)] = (batch + ("m", "n"), "acc_value")
     epilogue.store(name, out.dtype, batch + ("m", "n"), epilogue.value(out, batch + ("m", "n")))
-    bm, bn, bk, stages = schedule["bm"], schedule["bn"], schedule["bk"], schedule["stages"]
-    mma_type, to_mma = MMA_TYPES[match.lhs.dtype]
-    a_layout, b_layout = ("k" if a_major == "kk" else "m"), ("n" if b_major == "n" else "k")
-    copies = " and ".join(name for name, plan in (("A", copy_a), ("B", copy_b)) if plan) or "neither operand"
-    return {
-        "coords": coords, "m": m, "n": n, "kdim": k, "bm": bm, "bn": bn, "bk": bk, "stages": stages,
-        "warps_m": schedule["warps_m"], "warps_n": schedule["warps_n"], "mma_type": mma_type, "to_mma": to_mma,
-        "load_a": "\n".join(load_a), "value_a": value_a, "load_b": "\n".join(load_b), "value_b": value_b,
-        "a_major": a_layout, "b_major": b_layout, "copy_a": copy_a, "copy_b": copy_b,
-        "epilogue": "\n".join(epilogue.lines), "block": (32 * schedule["warps_m"] * schedule["warps_n"], 1, 1),
-        "grid": (-(-n // bn), -(-m // bm), math.prod(match.batch_shape)),
-        "shared_bytes": shared_bytes(bm, bn, bk, stages, a_layout, b_layout),
-        "strategy": (f"{bm}x{bn} tiles on tensor cores (mma.sync m16n8k16, {mma_type} -> float), K in steps of "
-                     f"{bk} through a {stages}-stage cp.async pipeline ({copies} copied asynchronously)"),
-    }
+    return {"match": match, "coords": coords, "load_a": load_a, "value_a": value_a, "load_b": load_b,
+            "value_b": value_b, "a_major": a_major, "b_major": b_major, "copy_a": copy_a, "copy_b": copy_b,
+            "epilogue": epilogue}
 
 
 def _operand(shapes: dict, node: Node, index: tuple[str, ...],

@@ -12,30 +12,40 @@ and a command that reproduces the failure:
 
     python -m tensorsmith.codegen.nvrtc ~/.cache/tensorsmith/failed/rmsnorm-1a2b3c4d5e6f.cu --arch sm_90
 
+`compile_many` compiles several kernels at once in worker processes (spawned, never forked: the caller
+may hold a CUDA context), through the same cache and with the same errors:
+
+    cubins = compile_many([(source_a, "rmsnorm"), (source_b, "matmul")], arch="sm_90")
+
 `-default-device` is not among the default options: generated kernels mark their device
 functions `__device__`, so that the saved `.cu` files also compile with nvcc as they are.
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
 import re
 import shlex
 import struct
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
 from cuda.bindings import nvrtc
 
 from tensorsmith.ir.errors import CompileError, TargetError
-from tensorsmith.ir.knobs import cache_root
+from tensorsmith.ir.knobs import cache_root, compile_workers
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +54,23 @@ BASE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 ELF_MAGIC = b"\x7fELF"
 SYSTEM_CUDA_INCLUDE = "/usr/local/cuda/include"  # the last place to look for cuda_fp16.h
 
+IN_PROCESS_MAX = 2     # this many kernels to compile, or fewer, are compiled here: a pool would not pay off
+WORKER_START_METHOD = "spawn"   # a forked child would inherit the parent's CUDA context, unusable there
+
 _ARCH_PATTERN = re.compile(r"sm_\d+[af]?")
 _ERROR_LINE = re.compile(r"\berror( #[\w-]+)?:")
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One kernel to compile into one cache entry; what a worker process needs, and nothing it must look up."""
+
+    source: str
+    name: str
+    arch: str
+    options: tuple[str, ...]      # the caller's options (the reproduce command repeats them)
+    entry: Path                   # the cache file of this source, options, arch and NVRTC
+    failed_dir: Path              # where a failed compile's source is saved
 
 
 @dataclass(frozen=True)
@@ -82,17 +107,115 @@ def compile_cubin(
     cache_dir: Path | None = None,
 ) -> bytes:
     """Compile CUDA C++ `source` to a cubin for `arch`, from the disk cache when it has it."""
+    job = _job(source, name, arch, options, cache_dir)
+    cached = _read_cached(job.entry)
+    return cached if cached is not None else _compile_job(job)
+
+
+def compile_many(
+    kernels: Sequence[tuple[str, str] | tuple[str, str, str]],
+    arch: str = DEFAULT_ARCH,
+    options: Sequence[str] = (),
+    cache_dir: Path | None = None,
+    workers: int | None = None,
+) -> list[bytes]:
+    """The cubins of (source, name) pairs, in order: cache hits read here, misses compiled in worker processes.
+
+    A triple (source, name, arch) compiles that kernel for its own arch (sm_90a for wgmma) instead of `arch`.
+    The cubins are the bytes `compile_cubin` gives, and a failure raises the CompileError that compiling
+    them one by one in this order would raise first. Two misses or fewer, or `workers=1`, compile here;
+    `workers` defaults to `knobs.compile_workers()`.
+    """
+    jobs = [_job(source, name, (own or [arch])[0], options, cache_dir) for source, name, *own in kernels]
+    cubins: dict[Path, bytes] = {}
+    misses: dict[Path, _Job] = {}       # one job per cache entry: equal sources compile once
+    for job in jobs:
+        cached = cubins.get(job.entry) or _read_cached(job.entry)
+        if cached is not None:
+            cubins[job.entry] = cached
+        else:
+            misses.setdefault(job.entry, job)
+    workers = min(workers or compile_workers(), len(misses))
+    if len(misses) <= IN_PROCESS_MAX or workers <= 1:
+        cubins.update({entry: _compile_job(job) for entry, job in misses.items()})
+    else:
+        cubins.update(_compile_in_pool(list(misses.values()), workers))
+    return [cubins[job.entry] for job in jobs]
+
+
+def _job(source: str, name: str, arch: str, options: Sequence[str], cache_dir: Path | None) -> _Job:
+    """The job that compiles `source` into its cache entry under `cache_dir` (default: the cubin cache)."""
     opts = build_options(arch, options)
-    key = cache_key(source, opts, arch)
-    path = Path(cache_dir if cache_dir is not None else default_cubin_dir()) / f"{key}.cubin"
-    cached = _read_cached(path)
-    if cached is not None:
-        return cached
-    result = run_nvrtc(source, name, opts)
+    folder = Path(cache_dir if cache_dir is not None else default_cubin_dir())
+    return _Job(source, name, arch, tuple(options), folder / f"{cache_key(source, opts, arch)}.cubin",
+                failed_source_dir())
+
+
+def _compile_job(job: _Job) -> bytes:
+    """Run NVRTC on one job and store the cubin in its cache entry; the same in this process and in a worker."""
+    result = run_nvrtc(job.source, job.name, build_options(job.arch, job.options))
     if result.cubin is None:
-        raise _compile_error(source, name, arch, options, key, result.log)
-    _write_atomic(path, result.cubin)
+        raise _compile_error(job, result.log)
+    _write_atomic(job.entry, result.cubin)
     return result.cubin
+
+
+def _compile_in_pool(jobs: list[_Job], workers: int) -> dict[Path, bytes]:
+    """Each job's cubin by its cache entry, compiled in the worker pool; the first failure in order is raised."""
+    try:
+        pool = _worker_pool(workers)
+        futures: list[Future[bytes]] = [pool.submit(_compile_job, job) for job in jobs]
+    except (BrokenProcessPool, RuntimeError) as err:    # RuntimeError: the pool could not start a process
+        return _compile_here_after(err, jobs)
+    cubins: dict[Path, bytes] = {}
+    try:
+        for job, future in zip(jobs, futures):
+            try:
+                cubins[job.entry] = future.result()
+            except CompileError as err:
+                raise err from None    # the worker's traceback says nothing the message does not
+    except BrokenProcessPool as err:   # a worker died (out of memory, or NVRTC crashed)
+        return {**cubins, **_compile_here_after(err, [job for job in jobs if job.entry not in cubins])}
+    finally:
+        for future in futures:
+            future.cancel()            # after a failure, do not start what is still queued
+    return cubins
+
+
+def _compile_here_after(err: BaseException, jobs: list[_Job]) -> dict[Path, bytes]:
+    """Compile `jobs` in this process because the worker pool failed with `err` (which is logged)."""
+    log.warning("NVRTC worker processes failed (%s: %s); compiling %d kernel(s) in this process. A script that "
+                "compiles at module level must do so under `if __name__ == '__main__':`, as the workers import it.",
+                type(err).__name__, err, len(jobs))
+    _shutdown_pool()
+    return {job.entry: _compile_job(job) for job in jobs}
+
+
+_pool_lock = threading.Lock()
+_pool: ProcessPoolExecutor | None = None
+_pool_workers = 0
+
+
+def _worker_pool(workers: int) -> ProcessPoolExecutor:
+    """The compile pool, started on first use (its processes too) and kept for later calls; grown when asked."""
+    global _pool, _pool_workers
+    with _pool_lock:
+        if _pool is None or _pool_workers < workers:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(WORKER_START_METHOD))
+            _pool_workers = workers
+        return _pool
+
+
+@atexit.register
+def _shutdown_pool() -> None:
+    """Stop the compile pool's workers (a later compile_many starts new ones)."""
+    global _pool, _pool_workers
+    with _pool_lock:
+        if _pool is not None:
+            _pool.shutdown(wait=False, cancel_futures=True)
+        _pool, _pool_workers = None, 0
 
 
 def build_options(arch: str, options: Sequence[str]) -> tuple[str, ...]:
@@ -220,17 +343,17 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _compile_error(source: str, name: str, arch: str, options: Sequence[str], key: str, text: str) -> CompileError:
+def _compile_error(job: _Job, text: str) -> CompileError:
     """A CompileError with the first error line, the saved source and a command that reproduces it."""
-    stem = Path(_file_name(name)).stem
-    saved = failed_source_dir() / f"{stem}-{key[:12]}.cu"
-    _write_atomic(saved, source.encode())
+    stem = Path(_file_name(job.name)).stem
+    saved = job.failed_dir / f"{stem}-{job.entry.stem[:12]}.cu"
+    _write_atomic(saved, job.source.encode())
     _write_atomic(saved.with_suffix(".log"), text.encode())
-    command = ["python", "-m", "tensorsmith.codegen.nvrtc", str(saved), "--arch", arch]
-    if options:
-        command += ["--", *options]
+    command = ["python", "-m", "tensorsmith.codegen.nvrtc", str(saved), "--arch", job.arch]
+    if job.options:
+        command += ["--", *job.options]
     return CompileError(
-        f"NVRTC failed to compile {_file_name(name)}: {first_error_line(text)}\n"
+        f"NVRTC failed to compile {_file_name(job.name)}: {first_error_line(text)}\n"
         f"  source saved to {saved} (full log beside it: {saved.with_suffix('.log')})\n"
         f"  reproduce with: {shlex.join(command)}"
     )

@@ -6,8 +6,10 @@ kernel boundaries this codegen supports.
 """
 from __future__ import annotations
 
+import bisect
 import math
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -19,11 +21,13 @@ from tensorsmith.ir.ops import Op, REDUCE, VIEWS
 
 from .emit import (COMPUTE_TYPE, Emitter, NotFusable, delinearize, is_inline_reduce, linear_index, reduce_combine,
                    reduce_init)
+from .attention import attention_body
 from .matmul import matmul_body
 from .schedules import ARCHETYPES, default_schedule
 
 MEASURED_PLACEHOLDER = "measured: not yet (rendered before profiling)"
 INT32_LIMIT = 2**31 - 1
+VECTOR_BYTES = 16     # the widest load or store one thread issues
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class RenderedKernel:
     writes: tuple[str, ...]
     schedule: Schedule
     shared_bytes: int = 0     # dynamic shared memory per block, set at launch
+    arch: str | None = None   # the NVRTC architecture this kernel needs (sm_90a for wgmma); None: the target's
 
 
 @lru_cache(maxsize=1)
@@ -65,13 +70,15 @@ def render_kernel(program: KernelProgram, position: int, version: str = "") -> R
         body, extra = _row_reduce_body(kernel, shapes, schedule)
     elif kernel.archetype == "matmul":
         body, extra = "", matmul_body(kernel, shapes, schedule)
+    elif kernel.archetype == "attention":
+        body, extra = "", attention_body(kernel, shapes, schedule)
     else:
         raise ValueError(f"unknown archetype {kernel.archetype!r}; known: {', '.join(ARCHETYPES)}")
     context = _context(program, position, kernel, schedule, body, extra, version)
-    source = _environment().get_template(f"{kernel.archetype}.cu.j2").render(k=context)
+    source = _environment().get_template(f"{context.get('template', kernel.archetype)}.cu.j2").render(k=context)
     return RenderedKernel(kernel.name, f"{position:02d}_{kernel.writes[0]}", kernel.archetype, source,
                           context["grid"], context["block"], tuple(p["name"] for p in context["params"]),
-                          kernel.writes, schedule, context.get("shared_bytes", 0))
+                          kernel.writes, schedule, context.get("shared_bytes", 0), context.get("arch"))
 
 
 def _index_type(program: KernelProgram) -> str:
@@ -108,16 +115,87 @@ def _pointwise_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[s
     shape = shapes[kernel.writes[0]]
     if any(shapes[name] != shape for name in kernel.writes):
         raise NotFusable(kernel.outputs[1][1], "pointwise outputs must share one shape")
-    coords = [(f"o{axis}", expr) for axis, expr in enumerate(delinearize("i", shape))]
-    index = tuple(name for name, _ in coords)
-    emitter = Emitter(shapes)
-    for name, node in kernel.outputs:
-        emitter.store(name, node.dtype, index, emitter.value(node, index))
     numel = max(1, math.prod(shape))
-    block = schedule["block"]
-    extra = {"coords": coords, "numel": numel, "block": (block, 1, 1), "grid": (_ceil_div(numel, block), 1, 1),
-             "strategy": "one thread per output element"}
-    return "\n".join(emitter.lines), extra
+    block, vec = schedule["block"], schedule.as_dict().get("vec", 1)
+    if vec > 1 and (not shape or shape[-1] % vec):
+        raise ValueError(f"vec={vec} does not divide the last axis of {kernel.writes[0]}{list(shape)}")
+    extra = {"numel": numel, "vec": vec, "block": (block, 1, 1), "grid": (_ceil_div(numel // vec, block), 1, 1)}
+    if vec == 1:
+        coords = [(f"o{axis}", expr) for axis, expr in enumerate(delinearize("i", shape))]
+        index = tuple(name for name, _ in coords)
+        emitter = Emitter(shapes)
+        for name, node in kernel.outputs:
+            emitter.store(name, node.dtype, index, emitter.value(node, index))
+        return "\n".join(emitter.lines), {**extra, "coords": coords, "strategy": "one thread per output element"}
+    coords = [(f"o{axis}", expr) for axis, expr in enumerate(delinearize("base", shape))]
+    probe = Emitter(shapes)      # a first pass finds what the body reads; the second loads it
+    _emit_pointwise_vector(probe, kernel, [name for name, _ in coords], vec)
+    emitter = Emitter(shapes)
+    loaded = _pointwise_vector_loads(emitter, probe.accesses, [name for name, _ in coords], vec)
+    _emit_pointwise_vector(emitter, kernel, [name for name, _ in coords], vec)
+    broadcast = list(dict.fromkeys(node.arg for node, index in probe.accesses
+                                   if not any(_K.search(part) for part in index)))
+    scalar = [name for name in dict.fromkeys(node.arg for node, index in probe.accesses
+                                             if (node.arg, index) not in loaded) if name not in broadcast]
+    how = f"one thread per {vec} consecutive elements of the last axis, written with vector stores"
+    if loaded:
+        how += f"; {', '.join(dict.fromkeys(name for name, _ in loaded))} read with vector loads"
+    if broadcast:
+        how += f"; {', '.join(broadcast)} read once per thread"
+    if scalar:
+        how += f"; {', '.join(scalar)} read element by element"
+    return "\n".join(emitter.lines), {**extra, "coords": coords, "strategy": how}
+
+
+_K = re.compile(r"\bk\b")     # the element index along the last axis in vector loops
+
+
+def pointwise_vector_width(kernel: Kernel, shapes: dict) -> int:
+    """Elements per thread for a pointwise kernel: 16 bytes of its narrowest float buffer (4 x 32 bits where it has
+    none), halved until it divides the last axis; 1 where nothing does."""
+    names = kernel.writes + kernel.reads
+    floats = [n.dtype.itemsize for n in kernel.body if n.op == Op.INPUT and n.dtype.is_float]
+    floats += [node.dtype.itemsize for _, node in kernel.outputs if node.dtype.is_float]
+    shape = shapes[names[0]]
+    width = VECTOR_BYTES // min(floats, default=4)
+    while width > 1 and (not shape or shape[-1] % width):
+        width //= 2
+    return width
+
+
+def _pointwise_vector_loads(emitter: Emitter, accesses: list[tuple[Node, tuple[str, ...]]], coords: list[str],
+                            vec: int) -> dict[tuple[str, tuple[str, ...]], str]:
+    """One vector load for each buffer read along the output's last axis; returns what the body reads instead."""
+    loaded: dict[tuple[str, tuple[str, ...]], str] = {}
+    for node, index in accesses:
+        key = (node.arg, index)
+        shape = emitter.buffer_shapes[node.arg]
+        if key in loaded or index[-1] != "k" or any(_K.search(part) for part in index[:-1]) or shape[-1] % vec:
+            continue
+        array = f"r_{node.arg}{len(loaded)}"
+        offset = linear_index(index[:-1] + (coords[-1],), shape)
+        emitter.line(f"{COMPUTE_TYPE[node.dtype]} {array}[{vec}];")
+        emitter.line(f"load_vec<{vec}>(g_{node.arg} + {offset}, {array});")
+        loaded[key] = f"{array}[v]"
+    emitter.preloaded = dict(loaded)
+    return loaded
+
+
+def _emit_pointwise_vector(emitter: Emitter, kernel: Kernel, coords: list[str], vec: int) -> None:
+    """Each output's VEC values into registers (invariants of the loop computed once before it), then stored."""
+    index = (*coords[:-1], "k")
+    for name, node in kernel.outputs:
+        emitter.line(f"{COMPUTE_TYPE[node.dtype]} r_{name}_out[{vec}];")
+    emitter.begin_invariants(("k",))
+    emitter.line("#pragma unroll")
+    emitter.open_scope(f"for (int v = 0; v < {vec}; ++v)")
+    emitter.line(f"const idx_t k = {coords[-1]} + v;")
+    for name, node in kernel.outputs:
+        emitter.line(f"r_{name}_out[v] = {emitter.value(node, index)};")
+    emitter.close_scope()
+    emitter.end_invariants()
+    for name, _ in kernel.outputs:      # outputs are contiguous and of the kernel's shape: the thread's offset is base
+        emitter.line(f"store_vec<{vec}>(g_{name} + base, r_{name}_out);")
 
 
 @dataclass(frozen=True)
@@ -169,27 +247,40 @@ def vector_width(kernel: Kernel, shapes: dict) -> int:
 
 
 class _RowLoops:
-    """Emits every loop over a row: strided (vec == 1) or register-cached with vector loads (vec > 1)."""
+    """Emits every loop over a row: strided (vec == 1) or register-cached with vector loads (vec > 1).
+
+    Each loop's invariants (values at an index without the loop's element, such as a row's mean) are computed
+    once before it. With vec > 1, a buffer read along the row by several loops is loaded once into registers
+    (`preload`); one read by a single loop is loaded in that loop, VEC elements at a time.
+    """
 
     def __init__(self, emitter: Emitter, plan: RowPlan, vec: int, row_threads: int):
         self.emitter, self.plan, self.vec, self.row_threads = emitter, plan, vec, row_threads
         self.length = plan.out.shape[-1] if plan.out.ndim else 1
         self.items = _ceil_div(self.length, row_threads * vec)
+        self.starts: list[int] = []                      # per loop opened, its first access in emitter.accesses
+        self.local_loads: dict[int, list[str]] = {}      # loop number -> the vector loads at each of its steps
+        self.cached: list[str] = []                      # buffers kept in registers for the whole row
+        self.streamed: list[str] = []                    # buffers loaded in the one loop that reads them
 
     def open(self, length: int, prologue: tuple[str, ...] = ()) -> str:
         """Open a loop over `length` elements of the row; returns the element index variable.
 
         With vec > 1, `prologue` lines go before the loop over one thread's VEC consecutive elements.
         """
+        loop = len(self.starts)
+        self.starts.append(len(self.emitter.accesses))
         if self.vec == 1:
             var = self.emitter.fresh("k")
+            self.emitter.begin_invariants((var,))
             self.emitter.open_scope(f"for (idx_t {var} = lane; {var} < {length}; {var} += ROW_THREADS)")
             return var
+        self.emitter.begin_invariants(("k",))
         self.emitter.line("#pragma unroll")
         self.emitter.open_scope(f"for (int it = 0; it < {self.items}; ++it)")
         self.emitter.line(f"const idx_t base = ((idx_t)lane + it * ROW_THREADS) * {self.vec};")
         self.emitter.open_scope(f"if (base < {length})")
-        for line in prologue:
+        for line in self.local_loads.get(loop, []) + list(prologue):
             self.emitter.line(line)
         self.emitter.line("#pragma unroll")
         self.emitter.open_scope(f"for (int v = 0; v < {self.vec}; ++v)")
@@ -204,46 +295,56 @@ class _RowLoops:
                 self.emitter.line(line)
             self.emitter.close_scope()
             self.emitter.close_scope()
+        self.emitter.end_invariants()
 
-    def preload(self, accesses: list[tuple[Node, tuple[str, ...]]], buffers: dict) -> None:
-        """Load, once, every buffer the loops read along the row, VEC elements per 16-byte access."""
-        seen: dict[tuple[str, tuple[str, ...]], str] = {}
-        for node, index in accesses:
-            key = (node.arg, index)
+    def preload(self, probe: _RowLoops, buffers: dict) -> None:
+        """Plan the vector loads of every float buffer that `probe`'s loops read along the row, and emit the
+        ones kept in registers for the whole row."""
+        readers: dict[tuple[str, tuple[str, ...]], set[int]] = {}
+        for position, (node, index) in enumerate(probe.emitter.accesses):
             shape = buffers[node.arg]
-            if (key in seen or index[-1] != "k" or any("k" in part for part in index[:-1])
+            if (index[-1] != "k" or any(_K.search(part) for part in index[:-1])
                     or not node.dtype.is_float or shape[-1] % self.vec):
                 continue
-            array = f"r_{node.arg}{len(seen)}"
-            seen[key] = array
-            offset = linear_index(index[:-1] + ("base",), shape)
+            readers.setdefault((node.arg, index), set()).add(bisect.bisect_right(probe.starts, position) - 1)
+        for number, ((name, index), loops) in enumerate(readers.items()):
+            array = f"r_{name}{number}"
+            offset = linear_index(index[:-1] + ("base",), buffers[name])
+            if len(loops) == 1:    # read by one loop: loaded there, so its registers are live only in that loop
+                self.local_loads.setdefault(loops.pop(), []).extend(
+                    [f"float {array}[{self.vec}];", f"load_vec<{self.vec}>(g_{name} + {offset}, {array});"])
+                self.emitter.preloaded[name, index] = f"{array}[v]"
+                self.streamed.append(name)
+                continue
             self.emitter.line(f"float {array}[{self.items}][{self.vec}];")
             self.emitter.line("#pragma unroll")
             self.emitter.open_scope(f"for (int it = 0; it < {self.items}; ++it)")
             self.emitter.line(f"const idx_t base = ((idx_t)lane + it * ROW_THREADS) * {self.vec};")
-            self.emitter.line(f"if (base < {self.length}) load_vec<{self.vec}>(g_{node.arg} + {offset}, {array}[it]);")
+            self.emitter.line(f"if (base < {self.length}) load_vec<{self.vec}>(g_{name} + {offset}, {array}[it]);")
             self.emitter.close_scope()
-        self.emitter.preloaded = seen
+            self.emitter.preloaded[name, index] = f"{array}[it][v]"
+            self.cached.append(name)
 
 
 def _row_reduce_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[str, dict]:
     plan = row_plan(kernel)
     vec = schedule.as_dict().get("vec", 1)
     row_threads, block = schedule["row_threads"], schedule["block"]
-    if vec > 1:   # a first pass finds what the loops read along the row; the second preloads it
-        probe = Emitter(shapes)
-        _emit_row_loops(_RowLoops(probe, plan, vec, row_threads))
-        emitter = Emitter(shapes)
-        loops = _RowLoops(emitter, plan, vec, row_threads)
-        loops.preload(probe.accesses, shapes)
-    else:
-        emitter = Emitter(shapes)
-        loops = _RowLoops(emitter, plan, vec, row_threads)
+    emitter = Emitter(shapes)
+    loops = _RowLoops(emitter, plan, vec, row_threads)
+    if vec > 1:   # a first pass finds what the loops read along the row; the second loads it
+        probe = _RowLoops(Emitter(shapes), plan, vec, row_threads)
+        _emit_row_loops(probe)
+        loops.preload(probe, shapes)
     _emit_row_loops(loops)
     rows = max(1, math.prod(plan.row_shape))
     how = f"{row_threads} threads per row, {block // row_threads} row(s) per block"
-    if vec > 1:
-        how += f", the row cached in registers ({loops.items} x {vec} elements per thread, vector loads)"
+    if loops.cached:
+        how += (f", the row of {', '.join(loops.cached)} cached in registers ({loops.items} x {vec} elements"
+                " per thread, vector loads)")
+    if loops.streamed:
+        how += (f", {', '.join(loops.streamed)} loaded {vec} elements at a time in the one loop that reads"
+                f" {'it' if len(loops.streamed) == 1 else 'them'}")
     extra = {"coords": list(plan.coords), "rows": rows, "row_threads": row_threads, "block": (block, 1, 1),
              "grid": (_ceil_div(rows, block // row_threads), 1, 1), "strategy": how}
     return "\n".join(emitter.lines), extra
@@ -262,14 +363,14 @@ def _emit_row_loops(loops: _RowLoops) -> None:
         emitter.close_scope()
         return
     emitter.line(f"// the epilogue: {plan.name} along its last axis")
-    if loops.vec == 1 or not plan.out.dtype.is_float:
+    if loops.vec == 1:
         var = loops.open(plan.out.shape[-1])
         emitter.store(plan.name, plan.out.dtype, row + (var,), emitter.value(plan.out, row + (var,)))
         loops.close()
         return
     # collect a thread's VEC consecutive outputs, then write them with one vector store
     offset = linear_index(row + ("base",), plan.out.shape)
-    var = loops.open(plan.out.shape[-1], prologue=(f"float r_out[{loops.vec}];",))
+    var = loops.open(plan.out.shape[-1], prologue=(f"{COMPUTE_TYPE[plan.out.dtype]} r_out[{loops.vec}];",))
     emitter.line(f"r_out[v] = {emitter.value(plan.out, row + (var,))};")
     loops.close(epilogue=(f"store_vec<{loops.vec}>(g_{plan.name} + {offset}, r_out);",))
 
@@ -287,7 +388,8 @@ def _emit_row_reduction(loops: _RowLoops, reduce: Node, row: tuple[str, ...]) ->
     emitter.line(f"{acc} = {reduce_combine(reduce, acc, value)};")
     loops.close()
     scratch = "s_scratch_f" if ctype == "float" else "s_scratch_i"
-    emitter.line(f"{acc} = row_reduce({acc}, {'Sum' if reduce.op == Op.SUM else 'Max'}(), {scratch});")
+    alternate = len(emitter.reduced) % 2     # consecutive reductions alternate scratch arrays: one barrier each
+    emitter.line(f"{acc} = row_reduce({acc}, {'Sum' if reduce.op == Op.SUM else 'Max'}(), {scratch}[{alternate}]);")
     emitter.reduced[id(reduce)] = (row, acc)
 
 

@@ -1,29 +1,34 @@
 """Each archetype's schedule space (what search may choose) and the default choice for a kernel."""
 from __future__ import annotations
 
+import math
+
 from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.ops import REDUCE
 
 # The parameters each archetype's template takes, and the values search may try.
 ARCHETYPES: dict[str, dict[str, tuple[int, ...]]] = {
-    "pointwise": {"block": (128, 256, 512)},
+    "pointwise": {"block": (128, 256, 512), "vec": (1, 2, 4, 8)},
     "row_reduce": {"row_threads": (32, 64, 128, 256, 512, 1024), "block": (32, 64, 128, 256, 512, 1024),
                    "vec": (1, 2, 4, 8)},
     "matmul": {"bm": (32, 64, 128), "bn": (64, 128, 256), "bk": (32, 64), "stages": (2, 3, 4),
-               "warps_m": (1, 2, 4), "warps_n": (2, 4)},
+               "warps_m": (1, 2, 4), "warps_n": (2, 4), "split_k": (1, 2, 4, 8), "wgmma": (0, 1)},
+    "attention": {"bq": (16, 64, 128), "bkv": (32, 64, 128)},    # bq = 16: decode (warps split the keys)
 }
+BUSY_BLOCKS = 128          # blocks that keep every SM of an H100/H200 busy
+MIN_TILES_PER_SPLIT = 4    # K tiles each block of a split keeps, so its pipeline fills
 ELEMENTS_PER_THREAD = 8   # aim for this many elements of a row per thread in each strided loop
 
 
 def default_schedule(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Schedule:
     """A sensible schedule before search tunes it: enough threads per row to keep ~8 elements each."""
-    if kernel.archetype == "pointwise":
-        return Schedule.of(block=256)
+    if kernel.archetype == "pointwise":   # 16-byte accesses where the last axis allows
+        from .render import pointwise_vector_width   # render imports this module
+        return Schedule.of(block=256, vec=pointwise_vector_width(kernel, shapes))
     if kernel.archetype == "matmul":
-        (_, out), = kernel.outputs
-        tile_m = 128 if out.shape[-2] >= 128 else 64 if out.shape[-2] > 32 else 32
-        tile_n = 128 if out.shape[-1] >= 128 else 64
-        return Schedule.of(bm=tile_m, bn=tile_n, bk=32, stages=4, warps_m=2 if tile_m > 32 else 1, warps_n=4)
+        return _matmul_default(kernel, shapes)
+    if kernel.archetype == "attention":
+        return _attention_default(kernel)
     from .render import vector_width   # render imports this module
     vec = vector_width(kernel, shapes)
     longest = max((n.srcs[0].shape[n.arg] for n in kernel.body if n.op in REDUCE), default=1)
@@ -33,6 +38,40 @@ def default_schedule(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Sche
         row_threads *= 2
     # past one warp a row's threads meet at block barriers, so such a row has its block to itself
     return Schedule.of(row_threads=row_threads, block=row_threads if row_threads > 32 else 256, vec=vec)
+
+
+def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Schedule:
+    """128x128 tiles where M is large; narrower ones, with K split across a cluster, where tiles are too few.
+    Where 128-row tiles are enough and both operands are plain copies, Hopper's wgmma (measured on the H200 at
+    4096^3 fp16: 340 us against mma.sync's 540), with 128x256 tiles where those still fill the GPU."""
+    from .matmul import takes_wgmma, tensor_core_match   # matmul imports emit, which this module must not need
+    (_, out), = kernel.outputs
+    match = next(m for n in kernel.body if (m := tensor_core_match(n)) is not None)
+    rows, cols, depth = match.dims
+    tile_m = 128 if rows >= 128 else 64 if rows > 32 else 32
+    tile_n = 128 if cols >= 128 else 64
+    tiles = -(-rows // tile_m) * -(-cols // tile_n) * math.prod(match.batch_shape)
+    bk, split_k = 64, 1
+    while split_k < 8 and tiles * split_k < BUSY_BLOCKS and depth // (bk * split_k * 2) >= MIN_TILES_PER_SPLIT:
+        split_k *= 2
+    if split_k == 1 and tile_m == 128 and takes_wgmma(kernel, shapes):
+        wide = cols >= 256 and tiles // 2 >= BUSY_BLOCKS
+        return Schedule.of(bm=128, bn=256 if wide else 128, bk=64, stages=4, warps_m=2, warps_n=4, split_k=1, wgmma=1)
+    return Schedule.of(bm=tile_m, bn=tile_n, bk=bk, stages=3 if tile_m == 128 else 4,
+                       warps_m=2 if tile_m > 32 else 1, warps_n=4, split_k=split_k, wgmma=0)
+
+
+def _attention_default(kernel: Kernel) -> Schedule:
+    """Decode's split of the keys for a few queries per head (head dims up to 128, whose four warps' tiles fit in
+    shared memory); else 128 queries per block (64 for short ones), and key tiles of 64 (32 where the head dim is
+    past 128, to keep the accumulators in registers)."""
+    from .attention import kernel_attention   # attention imports emit, which this module must not need at import
+    (_, out), = kernel.outputs
+    match = kernel_attention(out)
+    queries, head_dim = (match.dims[0], max(match.dims[2:])) if match is not None else (128, 128)
+    if queries <= 16 and head_dim <= 128:
+        return Schedule.of(bq=16, bkv=32)
+    return Schedule.of(bq=128 if queries >= 128 else 64, bkv=64 if head_dim <= 128 else 32)
 
 
 def is_valid(archetype: str, schedule: Schedule) -> bool:
@@ -46,6 +85,8 @@ def is_valid(archetype: str, schedule: Schedule) -> bool:
         return block % threads == 0 and (threads == 32 or block == threads)
     if archetype == "matmul":
         return matmul_schedule_ok(params)
+    if archetype == "attention":   # whole 16-row warps and pairs of n8 score tiles
+        return params["bq"] % 16 == 0 and params["bkv"] % 16 == 0
     return True
 
 
@@ -55,6 +96,16 @@ MAX_ACCUMULATORS = 128   # fp32 accumulator registers per thread; past this the 
 def matmul_schedule_ok(params: dict[str, int]) -> bool:
     """4 or 8 warps whose warp tiles are whole 16x16 fragments, with at most MAX_ACCUMULATORS per thread."""
     bm, bn, warps_m, warps_n = params["bm"], params["bn"], params["warps_m"], params["warps_n"]
+    if params.get("wgmma") and not wgmma_schedule_ok(params):
+        return False
     if warps_m * warps_n not in (4, 8) or bm % (16 * warps_m) or bn % (16 * warps_n):
         return False
     return (bm // warps_m) * (bn // warps_n) // 32 <= MAX_ACCUMULATORS
+
+
+def wgmma_schedule_ok(params: dict[str, int]) -> bool:
+    """wgmma's tiling (matmul_wgmma.cu.j2): one warpgroup (warps_n = 4) per 64 rows, BK = 64 (one 128-byte
+    swizzled row per K slice), a pipeline at least 3 deep, K not split. Such a schedule is also a valid mma.sync
+    one, which is what renders where the operands rule wgmma out."""
+    return (params["bk"] == 64 and params["warps_n"] == 4 and params["bm"] == 64 * params["warps_m"]
+            and params["stages"] >= 3 and params["split_k"] == 1)

@@ -141,8 +141,9 @@ class Progress:
             self.stage, self.detail = event, ""
         else:   # the search reports often: rewrite the line on a terminal, otherwise say it at the end
             best = f"{event.best_us:.1f} us" if event.best_us is not None else "-"
+            rejected = f", {event.rejected} faulted or wrong on the GPU" if event.rejected else ""
             self.detail = (f": {event.tried} candidates tried, {event.pruned} pruned by Z3, "
-                           f"{event.verified} verified, best {best}")
+                           f"{event.verified} verified{rejected}, best {best}")
             if not self.tty:
                 return
         bar = "#" * self.step + "." * (self.stages - self.step)

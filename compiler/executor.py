@@ -1,21 +1,41 @@
-"""Runs a Program's cubins on the GPU: uploads inputs, launches the kernels in order, times them."""
+"""Runs a Program's cubins on the GPU: uploads inputs, launches the kernels in order, times them.
+
+Measuring is done in one of two places, chosen by the caller:
+
+- `InProcess()`: here. Fast, but a kernel that faults leaves this process's CUDA context unusable, and
+  one that hangs hangs this process. For programs already trusted: the final profile, tests.
+- `InWorker()`: in a persistent worker process (`isolation.Worker`) with a deadline from the predicted
+  time. A fault or a hang raises KernelFault and costs only the worker, which is replaced. For search
+  candidates, which are untrusted by nature.
+
+Both check nothing themselves: they return the outputs of one run on poisoned buffers, then the times.
+"""
 from __future__ import annotations
 
+import itertools
+import logging
+import weakref
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from statistics import median
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from tensorsmith.codegen import runtime
 from tensorsmith.ir.dtypes import DType, bfloat16_to_float, float_to_bfloat16, numpy_dtype
-from tensorsmith.ir.errors import InputError
+from tensorsmith.ir.errors import DeviceError, InputError, KernelFault
+from tensorsmith.ir.kernel_program import Buffer
+
+from .isolation import Worker, WorkerCrashed, WorkerStartFailed, WorkerTimedOut
 
 if TYPE_CHECKING:
-    from .program import Program
+    from .program import CompiledKernel, Program
+
+log = logging.getLogger(__name__)
 
 POISON_BYTE = 0xFF   # NaN in every float dtype: an element the kernels never write cannot pass a check
+Profile = tuple[dict[str, np.ndarray], list[float], float]   # outputs, each kernel's median ms, the program's
 
 
 def to_device_layout(array: np.ndarray, dtype: DType) -> np.ndarray:
@@ -30,21 +50,53 @@ def from_device_layout(raw: np.ndarray, dtype: DType) -> np.ndarray:
     return bfloat16_to_float(raw) if dtype == DType.BFLOAT16 else raw
 
 
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What running a Program on the GPU takes, and no more: picklable, so that a worker process can run it."""
+
+    kernels: tuple[CompiledKernel, ...]
+    buffers: dict[str, Buffer]
+    outputs: tuple[str, ...]
+
+    @staticmethod
+    def of(program: Program | LaunchPlan) -> LaunchPlan:
+        return LaunchPlan(tuple(program.kernels), dict(program.buffers), tuple(program.outputs))
+
+
+# Each Program's loaded kernels, so that calling it again does not load its modules again: keyed by the
+# Program's id and dropped when the Program is collected; within, by (name, cubin), so a kernel swapped in
+# is loaded and the one it replaced is let go.
+_loaded: dict[int, dict[tuple[str, bytes], runtime.Function]] = {}
+
+
+def _functions(program: Program | LaunchPlan) -> list[runtime.Function]:
+    """The loaded kernel functions of `program`, in launch order (a LaunchPlan's are loaded each time)."""
+    keys = [(kernel.name, kernel.cubin) for kernel in program.kernels]
+    if isinstance(program, LaunchPlan):
+        return [runtime.Module(cubin).function(name) for name, cubin in keys]
+    if id(program) not in _loaded:
+        weakref.finalize(program, _loaded.pop, id(program), None)
+    before = _loaded.get(id(program), {})
+    loaded = {key: before.get(key) or runtime.Module(key[1]).function(key[0]) for key in keys}
+    _loaded[id(program)] = loaded
+    return [loaded[key] for key in keys]
+
+
 @dataclass
 class Session:
     """Device memory and loaded modules for one Program, so that launches can be repeated and timed.
 
     `borrowed` maps buffer names to device pointers the caller owns (zero-copy inputs and outputs);
-    every other buffer is allocated here and freed with `stack`.
+    every other buffer is allocated here and freed with `stack`. A Program's modules stay loaded
+    between sessions (for as long as the Program lives).
     """
 
-    program: Program
+    program: Program | LaunchPlan
     stack: ExitStack
     borrowed: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.modules = [runtime.Module(k.cubin) for k in self.program.kernels]
-        self.functions = [m.function(k.name) for m, k in zip(self.modules, self.program.kernels)]
+        self.functions = _functions(self.program)
         self.memory = {name: self.stack.enter_context(runtime.DeviceBuffer(max(buf.nbytes, 1)))
                        for name, buf in self.program.buffers.items() if name not in self.borrowed}
         self.pointers = {**{name: buf.ptr for name, buf in self.memory.items()}, **self.borrowed}
@@ -75,7 +127,7 @@ class Session:
         return out
 
 
-def run_on_gpu(program: "Program", arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_on_gpu(program: Program, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One run of every kernel on fresh device buffers; outputs are poisoned first."""
     with ExitStack() as stack:
         session = Session(program, stack)
@@ -84,18 +136,140 @@ def run_on_gpu(program: "Program", arrays: dict[str, np.ndarray]) -> dict[str, n
         return session.download()
 
 
-def profile_on_gpu(program: "Program", arrays: dict[str, np.ndarray],
-                   warmup: int = 10, repeat: int = 50) -> tuple[dict[str, np.ndarray], list[float], float]:
-    """Outputs of one checked run, then each kernel's and the whole program's median time in ms (L2 flushed)."""
+def profile_on_gpu(program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
+                   repeat: int = 50, per_kernel: bool = True) -> Profile:
+    """Outputs of one run on poisoned buffers, then each kernel's median ms (with `per_kernel`; else []) and the
+    whole program's (L2 flushed before each run)."""
     with ExitStack() as stack:
         session = Session(program, stack)
         session.upload(arrays)
         session.run_all()
         outputs = session.download()
-        per_kernel = [median(runtime.time_kernel(lambda p=p: session.launch(p), warmup, repeat))
-                      for p in range(len(program.kernels))]
+        kernel_ms = [median(runtime.time_kernel(lambda p=p: session.launch(p), warmup, repeat))
+                     for p in range(len(program.kernels))] if per_kernel else []
         total = median(runtime.time_kernel(session.run_all, warmup, repeat))
-        return outputs, per_kernel, total
+        return outputs, kernel_ms, total
+
+
+class Profiler(Protocol):
+    """Where programs are measured: `InProcess` or `InWorker`."""
+
+    def profile(self, program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
+                repeat: int = 50, per_kernel: bool = True, expected_s: float = 0.0) -> Profile:
+        """profile_on_gpu's outputs and times; `expected_s` is the program's predicted time, for a deadline."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class InProcess:
+    """Measure in this process (profile_on_gpu): for trusted programs, as a fault here is this process's."""
+
+    def profile(self, program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
+                repeat: int = 50, per_kernel: bool = True, expected_s: float = 0.0) -> Profile:
+        return profile_on_gpu(program, arrays, warmup, repeat, per_kernel)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> InProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+TIMEOUT_FLOOR_S = 20.0    # the least a measurement is given: the worker's CUDA context and module loads take ~1 s
+TIMEOUT_SLACK = 50.0      # times the predicted time of every run: the cost model can be far off
+
+
+class InWorker:
+    """Measure in a persistent worker process; a fault or a hang raises KernelFault and the worker is replaced.
+
+    The inputs go to the worker once and are kept there while they are the same object. Where no worker can
+    start at all, this says so once (a warning) and measures in this process from then on.
+    """
+
+    def __init__(self, timeout_floor_s: float = TIMEOUT_FLOOR_S, timeout_slack: float = TIMEOUT_SLACK,
+                 worker: Worker | None = None):
+        self.timeout_floor_s = timeout_floor_s
+        self.timeout_slack = timeout_slack
+        self.worker = worker or Worker()
+        self._held: tuple[int, object, int] | None = None   # (worker start, the arrays, their key there)
+        self._keys = itertools.count()
+        self._fallback: InProcess | None = None
+
+    def profile(self, program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
+                repeat: int = 50, per_kernel: bool = True, expected_s: float = 0.0) -> Profile:
+        if self._fallback is not None:
+            return self._fallback.profile(program, arrays, warmup, repeat, per_kernel)
+        plan = LaunchPlan.of(program)
+        runs = (warmup + repeat) * (1 + (len(plan.kernels) if per_kernel else 0)) + 1
+        timeout_s = self.timeout_floor_s + self.timeout_slack * runs * max(expected_s, 0.0)
+        names = ", ".join(k.name for k in plan.kernels)
+        try:
+            key = self._hold(arrays)
+            return self.worker.call(_profile_held, plan, key, warmup, repeat, per_kernel, timeout_s=timeout_s)
+        except WorkerStartFailed as err:
+            log.warning("no measurement worker could start (%s); measuring in this process instead, where a kernel"
+                        " that faults or hangs stops the compilation", err)
+            self._fallback = InProcess()
+            return self._fallback.profile(program, arrays, warmup, repeat, per_kernel)
+        except WorkerTimedOut:
+            raise KernelFault(f"kernels {names} did not finish in {timeout_s:.1f} s; their worker was killed",
+                              "timed out") from None
+        except WorkerCrashed as err:
+            raise KernelFault(f"kernels {names}: {err}", "faulted") from None
+        except DeviceError as err:   # the worker's context is lost after a fault: start afresh
+            self.worker.stop()
+            raise KernelFault(f"kernels {names}: {err}", "faulted") from None
+
+    def close(self) -> None:
+        self.worker.close()
+        self._held = None
+
+    def __enter__(self) -> InWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _hold(self, arrays: dict[str, np.ndarray]) -> int:
+        """The key under which the worker holds `arrays`, sending them when it does not hold them yet."""
+        self.worker.start()
+        held = self._held
+        if held is not None and held[0] == self.worker.starts and held[1] is arrays:
+            return held[2]
+        key = next(self._keys)
+        self.worker.call(_hold_inputs, key, arrays, timeout_s=self.timeout_floor_s + self.worker.start_timeout_s)
+        self._held = (self.worker.starts, arrays, key)
+        return key
+
+
+# the worker's side: one set of inputs held between calls --------------------------------------------
+
+_held_inputs: dict[int, dict[str, np.ndarray]] = {}
+
+
+def _hold_inputs(key: int, arrays: dict[str, np.ndarray]) -> None:
+    """In the worker: keep `arrays` under `key` (only the latest set is kept), and open the CUDA context (where
+    there is a GPU), so that a measurement's deadline counts the kernels, not the driver's start."""
+    _held_inputs.clear()
+    _held_inputs[key] = arrays
+    if runtime.gpu_available():
+        runtime.device_properties()
+
+
+def _profile_held(plan: LaunchPlan, key: int, warmup: int, repeat: int, per_kernel: bool) -> Profile:
+    """In the worker: profile_on_gpu on the inputs held under `key`; a fault is reported as it first surfaced."""
+    try:
+        return profile_on_gpu(plan, _held_inputs[key], warmup, repeat, per_kernel)
+    except DeviceError as err:
+        first = err    # freeing the buffers after a fault fails too, and that error would hide the fault
+        while isinstance(first.__context__, DeviceError):
+            first = first.__context__
+        raise first from None
 
 
 # zero-copy: the caller's GPU arrays in, outputs allocated in the caller's framework -------------------
@@ -136,7 +310,7 @@ def _allocate_like(example: object, shape: tuple[int, ...], dtype: DType) -> obj
     return cupy.empty(shape, dtype=numpy_dtype(dtype))
 
 
-def run_on_device_arrays(program: "Program", inputs: dict[str, object]) -> dict[str, object]:
+def run_on_device_arrays(program: Program, inputs: dict[str, object]) -> dict[str, object]:
     """Launch the kernels on the caller's GPU arrays; outputs come back in the caller's framework, uncopied."""
     pointers: dict[str, int] = {}
     for name in program.inputs:
@@ -158,9 +332,9 @@ def run_on_device_arrays(program: "Program", inputs: dict[str, object]) -> dict[
     return outputs
 
 
-def time_program(program: "Program", arrays: dict[str, np.ndarray], warmup: int = 3,
+def time_program(program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 3,
                  repeat: int = 10) -> float:
-    """Median ms of the whole program on `arrays`, L2 flushed before each run: the search's reward."""
+    """Median ms of the whole program on `arrays`, L2 flushed before each run, in this process."""
     with ExitStack() as stack:
         session = Session(program, stack)
         session.upload(arrays)

@@ -1,15 +1,16 @@
 """The compiler pipeline: a flat list of named stages, each a function from one plain data type to the next."""
 from __future__ import annotations
 
+import multiprocessing
 import time
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from tensorsmith import rewrites, search
-from tensorsmith.codegen.nvrtc import compile_cubin
+from tensorsmith.codegen.nvrtc import compile_many
 from tensorsmith.codegen.render import MEASURED_PLACEHOLDER, RenderedKernel, render_program
-from tensorsmith.ir.errors import DeviceError, GraphError
+from tensorsmith.ir.errors import DeviceError, GraphError, TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.interpreter import evaluate
 from tensorsmith.ir.kernel_program import KernelProgram
@@ -19,6 +20,7 @@ from tensorsmith.search.partition import unfused
 from tensorsmith.search.verify import Check, VerificationError, compare, random_inputs, verify_program
 
 from .cache import ProgramCache, program_key
+from .executor import InProcess, InWorker, Profiler
 from .program import CompiledKernel, Program
 
 VERSION = "0.1.0"
@@ -65,23 +67,30 @@ def _extract(c: Compilation) -> None:
 
 def _search(c: Compilation) -> None:
     from tensorsmith.codegen.runtime import gpu_available
-    measure = _measure_on_gpu(c) if _profiles(c.options.profile) and gpu_available() else None
-    progress = c.options.progress
-    c.search = search.search_program(c.chosen, c.target, c.options.budget_s, c.options.seed, measure=measure,
-                                     progress=progress)
+    with InWorker() as gpu:   # candidates are untrusted: one that faults or hangs costs the worker, not us
+        measure = _measure_on_gpu(c, gpu) if _profiles(c.options.profile) and gpu_available() else None
+        c.search = search.search_program(c.chosen, c.target, c.options.budget_s, c.options.seed, measure=measure,
+                                         progress=c.options.progress)
     c.kernel_program = c.search.program
 
 
-def _measure_on_gpu(c: Compilation) -> Callable[[KernelProgram], float]:
-    """MCTS's reward on a GPU: a candidate's whole-program time in seconds (median of a few, L2 flushed)."""
-    from .executor import time_program
+def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], float]:
+    """MCTS's reward on a GPU: a candidate's whole-program time in seconds (median of a few, L2 flushed).
+
+    The outputs of its first run are checked against the reference first; a mismatch raises
+    VerificationError, a fault or a hang KernelFault (from an InWorker `gpu`), and the search skips it.
+    """
     inputs = random_inputs(c.graph, c.options.seed + 2000)
+    reference = evaluate(c.graph, inputs)
 
     def measure(program: KernelProgram) -> float:
         candidate = Compilation(c.graph, c.options, c.target, kernel_program=program)
         _render(candidate)
         _nvrtc(candidate)
-        return time_program(to_program(candidate, report=False), inputs) / 1e3
+        outputs, _, total_ms = gpu.profile(to_program(candidate, report=False), inputs, warmup=3, repeat=10,
+                                           per_kernel=False, expected_s=program_seconds(program, c.target))
+        _check(c.graph, outputs, reference)
+        return total_ms / 1e3
     return measure
 
 
@@ -94,7 +103,7 @@ def _render(c: Compilation) -> None:
 
 
 def _nvrtc(c: Compilation) -> None:
-    c.cubins = [compile_cubin(k.source, k.name, arch=c.target.arch) for k in c.rendered]
+    c.cubins = compile_many([(k.source, k.name, k.arch or c.target.arch) for k in c.rendered], arch=c.target.arch)
 
 
 def _profile(c: Compilation) -> None:
@@ -104,24 +113,34 @@ def _profile(c: Compilation) -> None:
     if not gpu_available():
         raise DeviceError("profiling needs an NVIDIA GPU and none was found; compile with profile=False")
     inputs = random_inputs(c.graph, c.options.seed + 1000)
-    c.checks, c.kernel_ms, c.total_ms = measure(c.graph, to_program(c, report=False), inputs)
+    gpu = InProcess()    # the chosen program was measured by the search already; the baseline is one op a kernel
+    c.checks, c.kernel_ms, c.total_ms = measure(c.graph, to_program(c, report=False), inputs, gpu)
     baseline = Compilation(c.graph, c.options, c.target, kernel_program=unfused(c.graph))
     _render(baseline)
     _nvrtc(baseline)
-    c.unfused_ms = measure(c.graph, to_program(baseline, report=False), inputs)[2]
+    c.unfused_ms = measure(c.graph, to_program(baseline, report=False), inputs, gpu)[2]
 
 
-def measure(graph: Graph, program: Program, inputs: dict) -> tuple[list[Check], list[float], float]:
-    """Outputs checked against the reference first, then each kernel's and the program's median time in ms."""
-    from .executor import profile_on_gpu
-    outputs, kernel_ms, total_ms = profile_on_gpu(program, inputs)
-    checks = compare(graph, outputs, evaluate(graph, inputs))
+def measure(graph: Graph, program: Program, inputs: dict, gpu: Profiler | None = None
+            ) -> tuple[list[Check], list[float], float]:
+    """Outputs checked against the reference first, then each kernel's and the program's median time in ms.
+
+    `gpu` says where: InProcess() (the default) or InWorker().
+    """
+    outputs, kernel_ms, total_ms = (gpu or InProcess()).profile(program, inputs)
+    checks = _check(graph, outputs, evaluate(graph, inputs))
+    return checks, kernel_ms, total_ms
+
+
+def _check(graph: Graph, outputs: dict, reference: dict) -> list[Check]:
+    """Each output compared with the reference; VerificationError naming the first that disagrees."""
+    checks = compare(graph, outputs, reference)
     failed = [check for check in checks if not check.ok]
     if failed:
         raise VerificationError(f"the GPU program for {graph.name!r} disagrees with the reference on output"
                                 f" {failed[0].output!r}: relative L2 error {failed[0].error:.3g}"
                                 f" > {failed[0].tolerance:g}; its timings are discarded")
-    return checks, kernel_ms, total_ms
+    return checks
 
 
 @dataclass(frozen=True)
@@ -150,6 +169,9 @@ def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: in
     """
     if not graph.outputs:
         raise GraphError(f"graph {graph.name!r} has no outputs; register one with graph.output(name, tensor)")
+    if getattr(multiprocessing.current_process(), "_inheriting", False):   # a spawned worker importing __main__
+        raise TensorsmithError("compile() was called while a tensorsmith worker process imported the main script;"
+                               " call it under `if __name__ == '__main__':`")
     options = CompileOptions(target, budget_s, seed, profile, progress)
     compilation = Compilation(graph, options, get_target(target))
     store = ProgramCache(Path(cache_dir) if cache_dir else None) if cache else None

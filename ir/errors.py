@@ -43,6 +43,17 @@ class DeviceError(TensorsmithError, RuntimeError):
     """No usable GPU, or a CUDA call failed."""
 
 
+class KernelFault(DeviceError):
+    """A program measured in a worker process faulted (`verdict` "faulted") or hung ("timed out")."""
+
+    def __init__(self, message: str, verdict: str = "faulted"):
+        super().__init__(message, verdict)
+        self.verdict = verdict
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def user_location() -> str:
     """The `file:line` of the innermost stack frame outside tensorsmith, for error messages."""
     frame: FrameType | None = sys._getframe(1)

@@ -6,6 +6,9 @@ and a schedule (that template's parameters).
 """
 from __future__ import annotations
 
+import math
+
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -28,7 +31,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,12 @@ class Schedule:
         return ", ".join(f"{k}={v}" for k, v in self.params) or "default"
 
 
+@lru_cache(maxsize=8192)
+def _body(outputs: tuple[tuple[str, Node], ...]) -> tuple[Node, ...]:
+    """The nodes of a kernel in topological order (nodes hash by identity, so this is cheap to look up)."""
+    return tuple(toposort(node for _, node in outputs))
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One launch: computes `outputs` (buffer name -> node of the body) from the buffers it reads."""
@@ -62,7 +71,7 @@ class Kernel:
 
     @property
     def body(self) -> list[Node]:
-        return toposort(node for _, node in self.outputs)
+        return list(_body(self.outputs))
 
     @property
     def reads(self) -> tuple[str, ...]:

@@ -1,10 +1,12 @@
 """Structural patterns that several stages recognise: today, a matrix product written as sum(a * b)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from .node import Node
-from .ops import Op
+from .dtypes import DType
+from .node import Node, toposort
+from .ops import ELEMENTWISE, Op
 
 
 @dataclass(frozen=True)
@@ -44,4 +46,309 @@ def match_matmul(node: Node) -> MatmulMatch | None:
     for lhs, rhs in ((a, b), (b, a)):
         if _constant_along(lhs, rank - 1) and _constant_along(rhs, rank - 3):
             return MatmulMatch(node, lhs, rhs)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# streaming attention: softmax(score(q @ k^T)) @ v
+
+MASK_LIMIT = -1e4   # a mask constant at or below this puts a masked score far below every unmasked one
+Index = tuple[str, ...]
+Affine = dict[str, float]   # symbol -> coefficient; "" is the constant term
+
+
+@dataclass(frozen=True)
+class AttentionMatch:
+    """softmax(s) @ v, with s an elementwise function of one q @ k^T and of indices, over (..., TQ, TK).
+
+    `output` is the P @ V sum over an (..., TQ, TK, DV) space and `v` its right operand (below any cast);
+    `qk` is the score matmul over (..., TQ, DQK, TK): its lhs is the q operand, its rhs the k operand.
+    `row_max` is max(s) along the keys, `exp` is exp2(exp_scale * (s - row_max)), and the probabilities
+    are exp times `norm` (a factor constant along the keys, e.g. 1 / sum(exp)) or, where the normalisation
+    comes after the product, exp alone (`norm` None). `mask` is the addend of s that is
+    mask_value * (key > query + causal_offset), with mask_value <= MASK_LIMIT, where s has one.
+    """
+
+    output: Node
+    qk: MatmulMatch
+    v: Node
+    score: Node
+    row_max: Node
+    exp: Node
+    exp_scale: float
+    norm: Node | None
+    mask: Node | None = None
+    mask_value: float = 0.0
+    causal_offset: int | None = None
+
+    @property
+    def q(self) -> Node:
+        return self.qk.lhs
+
+    @property
+    def k(self) -> Node:
+        return self.qk.rhs
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return self.output.shape[:-2]
+
+    @property
+    def dims(self) -> tuple[int, int, int, int]:
+        tq, tk = self.score.shape[-2:]
+        return tq, tk, self.qk.dims[2], self.output.shape[-1]     # TQ, TK, DQK, DV
+
+
+def attention_index(shape: tuple[int, ...], names: tuple[str, ...]) -> Index:
+    """Symbolic index names for the trailing axes of `shape` (batch axes b0, b1, ...), "0" for axes of size 1."""
+    batch = tuple(f"b{axis}" for axis in range(len(shape) - len(names)))
+    return tuple("0" if dim == 1 else name for dim, name in zip(shape, batch + names))
+
+
+def match_attention(node: Node) -> AttentionMatch | None:
+    """The parts of `node` if it is softmax(s) @ v with s a function of one q @ k^T and of indices, else None.
+
+    `tensorsmith.nn.attention` lowers to this, and so do the forms extraction makes of it (the normalisation
+    moved after the product, constants at full shape). Only views that keep each axis's index (expand,
+    permute, reshapes that add or drop size-1 axes) are looked through between the parts.
+    """
+    operands = _product_operands(node)
+    if operands is None:
+        return None
+    lhs, v = operands
+    product = node.srcs[0].shape          # (..., TQ, TK, DV)
+    full = attention_index(product, ("qi", "kj", "hd"))
+    p_node, p_index = _below_views(lhs, full, casts=True)
+    score_index = full[:-1]
+    if p_node is None or p_index != score_index:
+        return None
+    found = _probabilities(p_node, score_index)
+    if found is None:
+        return None
+    exp, norm = found
+    parts = _exponent(exp, score_index)
+    if parts is None:
+        return None
+    score, row_max, scale = parts
+    qk = _score_matmul(score)
+    if qk is None or qk.reduce.shape != score.shape or score.shape != product[:-1]:
+        return None
+    mask = _causal_mask(score, score_index)
+    if mask is None:
+        return AttentionMatch(node, qk, v, score, row_max, exp, scale, norm)
+    return AttentionMatch(node, qk, v, score, row_max, exp, scale, norm, *mask)
+
+
+def _float_cast(node: Node) -> bool:
+    return node.op == Op.CAST and node.dtype.is_float and node.srcs[0].dtype.is_float
+
+
+def _product_operands(node: Node) -> tuple[Node, Node] | None:
+    """The (lhs, rhs) of sum(a * b) over axis -2 of an (..., M, K, N) product, float casts looked through."""
+    match = _loose_matmul(node, casts=True)
+    return None if match is None else (match.lhs, match.rhs)
+
+
+def _loose_matmul(node: Node, casts: bool = False) -> MatmulMatch | None:
+    """Like `match_matmul`, but an operand is also constant along an axis of size 1 (a single query) whatever
+    it is, and with `casts` float casts between the operands and the product are looked through."""
+    if node.op != Op.SUM or node.srcs[0].op != Op.MUL:
+        return None
+    product = node.srcs[0]
+    rank = product.ndim
+    if rank < 3 or node.arg != rank - 2:
+        return None
+    a, b = (_strip_casts(src) for src in product.srcs) if casts else product.srcs
+    for lhs, rhs in ((a, b), (b, a)):
+        if _broadcast_along(lhs, rank - 1) and _broadcast_along(rhs, rank - 3):
+            return MatmulMatch(node, lhs, rhs)
+    return None
+
+
+def _broadcast_along(node: Node, axis: int) -> bool:
+    return node.shape[axis] == 1 or _constant_along(node, axis)
+
+
+def _strip_casts(node: Node) -> Node:
+    while _float_cast(node):
+        node = node.srcs[0]
+    return node
+
+
+def _view_index(node: Node, index: Index) -> Index | None:
+    """The index into a view's source for views that keep each axis's index, else None."""
+    src = node.srcs[0]
+    if node.op == Op.EXPAND:
+        return tuple("0" if s != d else i for i, s, d in zip(index, src.shape, node.shape))
+    if node.op == Op.PERMUTE:
+        mapped = [""] * node.ndim
+        for out_axis, src_axis in enumerate(node.arg):
+            mapped[src_axis] = index[out_axis]
+        return tuple(mapped)
+    if node.op == Op.RESHAPE and [d for d in node.shape if d != 1] == [d for d in src.shape if d != 1]:
+        kept = iter(i for i, d in zip(index, node.shape) if d != 1)
+        return tuple("0" if d == 1 else next(kept) for d in src.shape)
+    return None
+
+
+def _below_views(node: Node, index: Index, casts: bool = False) -> tuple[Node | None, Index]:
+    """The first node under `node`'s index-keeping views (and float casts, with `casts`), and its index there."""
+    while node.op in (Op.EXPAND, Op.PERMUTE, Op.RESHAPE) or (casts and _float_cast(node)):
+        if node.op != Op.CAST:
+            mapped = _view_index(node, index)
+            if mapped is None:
+                return None, index
+            index = mapped
+        node = node.srcs[0]
+    return node, index
+
+
+def _probabilities(node: Node, index: Index) -> tuple[Node, Node | None] | None:
+    """(exp, norm) where `node` is exp or exp * norm with norm constant along the keys (index[-1])."""
+    if node.op == Op.EXP2:
+        return node, None
+    if node.op != Op.MUL:
+        return None
+    for exp_side, norm_side in (node.srcs, reversed(node.srcs)):
+        exp, exp_index = _below_views(exp_side, index)
+        if exp is None or exp.op != Op.EXP2 or exp_index != index:
+            continue
+        base, base_index = _below_views(norm_side, index)
+        if base is not None and (index[-1] == "0" or index[-1] not in base_index):   # the key index is gone
+            return exp, norm_side
+    return None
+
+
+def _exponent(exp: Node, index: Index) -> tuple[Node, Node, float] | None:
+    """(s, max(s), c) where exp = exp2(c * (s - max(s))) with c > 0, max along the last axis of s.
+
+    The argument is compared with c * (s - max) as sums of terms (so a regrouped sum still matches): every
+    node that is not a sum, a product with a constant, a view or a cast is a term of its own at its index.
+    """
+    argument = exp.srcs[0]
+    row = index[:-1]
+    for candidate in toposort([argument]):
+        if candidate.op != Op.MAX or candidate.arg != candidate.srcs[0].ndim - 1:
+            continue
+        score = candidate.srcs[0]
+        leaves = {id(candidate): (row, "m")}
+        form = _affine(argument, index, leaves, atoms=True)
+        scale = -form.get("m", 0.0) if form is not None else 0.0
+        if not scale > 0:
+            continue
+        expected = {key: scale * value for key, value in (_affine(score, index, leaves, atoms=True) or {}).items()}
+        expected["m"] = expected.get("m", 0.0) - scale
+        if form is not None and _same_form(form, expected):
+            return score, candidate, scale
+    return None
+
+
+def _same_form(a: Affine, b: Affine) -> bool:
+    return all(math.isclose(a.get(key, 0.0), b.get(key, 0.0), rel_tol=1e-9, abs_tol=1e-12) for key in a.keys() | b.keys())
+
+
+def _affine(node: Node, index: Index, leaves: dict[int, tuple[Index, str]], atoms: bool = False) -> Affine | None:
+    """`node` at `index` as a sum of coefficients times symbols (leaves, index names) plus a constant.
+
+    Where a node is not affine in those: None, or with `atoms` a symbol of its own (the node at that index).
+    """
+    form: Affine | None = None
+    op = node.op
+    if id(node) in leaves:
+        at, symbol = leaves[id(node)]
+        form = {symbol: 1.0} if at == index else None
+    elif op == Op.CONSTANT and node.dtype != DType.BOOL:
+        form = {"": float(node.arg)}
+    elif op == Op.IOTA:
+        name = index[node.arg]
+        form = {} if name == "0" else {name: 1.0}
+    elif op in (Op.EXPAND, Op.PERMUTE, Op.RESHAPE):
+        mapped = _view_index(node, index)
+        form = None if mapped is None else _affine(node.srcs[0], mapped, leaves, atoms)
+    elif op == Op.CAST and node.srcs[0].dtype != DType.BOOL and (node.dtype.is_float or not node.srcs[0].dtype.is_float):
+        form = _affine(node.srcs[0], index, leaves, atoms)      # widening, or int to float: the value is kept
+    elif op in (Op.ADD, Op.MUL):
+        a, b = (_affine(src, index, leaves, atoms) for src in node.srcs)
+        if a is not None and b is not None and op == Op.ADD:
+            form = {key: a.get(key, 0.0) + b.get(key, 0.0) for key in a.keys() | b.keys()}
+        elif a is not None and b is not None:
+            for terms, factor in ((a, b), (b, a)):
+                if set(factor) <= {""}:
+                    form = {key: value * factor.get("", 0.0) for key, value in terms.items()}
+                    break
+    if form is None and atoms:
+        return {f"#{id(node)}@{','.join(index)}": 1.0}
+    return form
+
+
+def _score_matmul(score: Node) -> MatmulMatch | None:
+    """The one matmul that `score` is an elementwise function of, where everything else is built from indices."""
+    matmuls = [match for node in toposort([score]) if (match := _loose_matmul(node)) is not None]
+    if not matmuls:
+        return None
+    qk = matmuls[-1].reduce
+    above = _depends_on(score, qk)
+    for node in toposort([score], {id(qk)}):
+        if node is qk:
+            continue
+        if id(node) in above:            # on the way from the product to the score: elementwise, same shape
+            if node.op not in ELEMENTWISE or node.shape != score.shape:
+                return None
+        elif node.op == Op.INPUT or node.op in (Op.SUM, Op.MAX):
+            return None
+    return matmuls[-1]
+
+
+def _depends_on(root: Node, target: Node) -> set[int]:
+    """Ids of the nodes of `root`'s cone (target included) whose value depends on `target`."""
+    found: set[int] = set()
+    for node in toposort([root], {id(target)}):
+        if node is target or any(id(src) in found for src in node.srcs):
+            found.add(id(node))
+    return found
+
+
+def _causal_mask(score: Node, index: Index) -> tuple[Node, float, int] | None:
+    """(addend, C, d) where an addend of `score` is C * (key > query + d) with C <= MASK_LIMIT, else None."""
+    addends, stack = [], [score]
+    while stack:
+        node = stack.pop()
+        if node.op == Op.ADD:
+            stack.extend(node.srcs)
+        else:
+            addends.append(node)
+    for addend in addends:
+        form = _mask_form(addend, index)
+        if form is None:
+            continue
+        value, difference = form      # masked where difference < 0, difference = qi - kj + d
+        offset = difference.get("", 0.0)
+        if (math.isfinite(value) and value <= MASK_LIMIT and difference.get("qi") == 1.0 and difference.get("kj") == -1.0
+                and set(difference) <= {"qi", "kj", ""} and float(offset).is_integer()):
+            return addend, value, int(offset)
+    return None
+
+
+def _mask_form(node: Node, index: Index) -> tuple[float, Affine] | None:
+    """(C, A - B) where `node` at `index` is C * float(A < B) with A, B affine in the index, else None."""
+    if node.op in (Op.EXPAND, Op.PERMUTE, Op.RESHAPE):
+        mapped = _view_index(node, index)
+        return None if mapped is None else _mask_form(node.srcs[0], mapped)
+    if node.op == Op.MUL:
+        for factor_side, mask_side in (node.srcs, reversed(node.srcs)):
+            factor = _affine(factor_side, index, {})
+            if factor is None or not set(factor) <= {""}:
+                continue
+            inner = _mask_form(mask_side, index)
+            if inner is not None:
+                return inner[0] * factor.get("", 0.0), inner[1]
+        return None
+    if node.op == Op.CAST and node.dtype.is_float and node.srcs[0].dtype == DType.BOOL:
+        condition, at = _below_views(node.srcs[0], index)
+        if condition is None or condition.op != Op.LESS_THAN:
+            return None
+        a, b = (_affine(src, at, {}) for src in condition.srcs)
+        if a is None or b is None:
+            return None
+        return 1.0, {key: a.get(key, 0.0) - b.get(key, 0.0) for key in a.keys() | b.keys()}
     return None

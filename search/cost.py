@@ -15,11 +15,14 @@ The figures it uses are the target's (ir/targets.py); the per-op weights below a
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
+from tensorsmith.codegen import attention
 from tensorsmith.codegen.matmul import matmul_body, tensor_core_match
 from tensorsmith.codegen.render import row_plan
 from tensorsmith.codegen.schedules import default_schedule
@@ -48,7 +51,7 @@ class Work:
     flops: float
     loads: tuple[tuple[str, float], ...]   # buffer -> element loads, every loop counted
     passes: int                            # loops over a row one after another (1 for pointwise)
-    preloaded: int                         # buffers a vec > 1 row kernel caches in registers
+    preloaded: int                         # buffers a vec > 1 row kernel caches in registers (read by several loops)
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,8 @@ def kernel_cost(kernel: Kernel, program: KernelProgram, target: Target) -> Kerne
     cache = max(0.0, loaded - sum(program.buffers[name].nbytes for name in kernel.reads))
     if kernel.archetype == "matmul":
         work, cache = _matmul_work(kernel, shapes, schedule, program)
+    elif kernel.archetype == "attention":
+        work, cache = _attention_work(kernel, schedule, program, target)
     blocks, threads = geometry.blocks, geometry.threads
     registers = registers_per_thread(kernel, schedule, shapes, work)
     per_sm = blocks_per_sm(target, threads, registers, geometry.shared_bytes)
@@ -124,7 +129,7 @@ def kernel_cost(kernel: Kernel, program: KernelProgram, target: Target) -> Kerne
         share = blocks_in_wave / blocks / busy          # this wave's share of the kernel, per busy SM
         sm_bandwidth = min(target.hbm_bytes_per_s / target.sm_count,
                            resident * warps * in_flight_per_warp / target.dram_latency_s)
-        rate = target.tensor_flops if kernel.archetype == "matmul" else target.fp32_flops
+        rate = target.tensor_flops if kernel.archetype in ("matmul", "attention") else target.fp32_flops
         alu = rate / target.sm_count * min(1.0, resident * warps / ALU_WARPS)
         times = {"dram": dram * share / sm_bandwidth,
                  "cache": cache * share / (target.l2_bytes_per_s / target.sm_count),
@@ -156,21 +161,32 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
     """The grid that codegen launches for `kernel` under `schedule` (raises NotFusable as codegen would)."""
     params = schedule.as_dict()
     itemsize = max((n.dtype.itemsize for n in kernel.body if n.op == Op.INPUT), default=4)
-    if kernel.archetype == "pointwise":
+    if kernel.archetype == "pointwise":   # VEC elements per thread: one access of up to 16 bytes per operand each
         numel = max(1, math.prod(shapes[kernel.writes[0]]))
-        reads = max(1, len(kernel.reads))
-        return Geometry(-(-numel // params["block"]), params["block"], 0, itemsize, reads, 1)
+        reads, vec = max(1, len(kernel.reads)), params.get("vec", 1)
+        access = min(VECTOR_BYTES, vec * itemsize)
+        return Geometry(-(-numel // (vec * params["block"])), params["block"], 0, access,
+                        reads * (vec * itemsize // access), 1)
     if kernel.archetype == "matmul":
         launch = matmul_body(kernel, shapes, schedule)
         threads, bk = launch["block"][0], params["bk"]
         tile_loads = params["stages"] * params["bm"] * bk // threads   # elements in flight per thread
         return Geometry(math.prod(launch["grid"]), threads, launch["shared_bytes"], MMA_BYTES, max(1, tile_loads),
                         -(-launch["kdim"] // bk))
+    if kernel.archetype == "attention":   # 16-byte copies of K and V tiles; a block walks its key tiles in turn
+        match = _attention_of(kernel)
+        _, _, dqk, dv = match.dims
+        warps, split = attention.warps_and_split(params["bq"])
+        tiles = _attention_key_tiles(match, params["bq"], params["bkv"])
+        copies = params["bkv"] * (dqk + dv) // 8 // (WARP * warps // split)
+        return Geometry(len(tiles) * math.prod(match.batch_shape), WARP * warps,
+                        attention.shared_bytes(params["bq"], params["bkv"], dqk, dv), 16, max(1, copies),
+                        -(-max(tiles) // split))
     plan = row_plan(kernel)
     rows = max(1, math.prod(plan.row_shape))
     row_threads, block, vec = params["row_threads"], params["block"], params.get("vec", 1)
     length = max((r.srcs[0].shape[r.arg] for r in plan.reduces), default=1)
-    scratch = 2 * 4 * max(1, row_threads // WARP)
+    scratch = 2 * 2 * 4 * max(1, row_threads // WARP)    # float and int scratch, two of each
     blocks = -(-rows // max(1, block // row_threads))
     if vec > 1:
         items = -(-length // (row_threads * vec))
@@ -196,6 +212,9 @@ def registers_per_thread(kernel: Kernel, schedule: Schedule, shapes: dict[str, t
     """An estimate: a base, plus the row slices a vec > 1 row kernel caches (items x vec floats each)."""
     params = schedule.as_dict()
     vec = params.get("vec", 1)
+    if kernel.archetype == "attention":
+        _, _, dqk, dv = _attention_of(kernel).dims
+        return attention.registers_per_thread(params["bkv"], dqk, dv)
     if kernel.archetype != "row_reduce" or vec == 1:
         return BASE_REGISTERS
     work = work or kernel_work(kernel, vec)
@@ -210,7 +229,7 @@ def critical_path(kernel: Kernel, geometry: Geometry, work: Work, target: Target
     rounds = -(-geometry.row_iterations // max(1, geometry.loads_in_flight))
     if kernel.archetype == "pointwise":
         return target.dram_latency_s
-    if kernel.archetype == "matmul":   # each K step loads a tile, waits at a barrier, then runs the MMAs
+    if kernel.archetype in ("matmul", "attention"):   # each step loads a tile, waits at a barrier, runs the MMAs
         return target.dram_latency_s + geometry.row_iterations * (target.cache_latency_s + BLOCK_SYNC_S)
     sync = REDUCE_SYNC_S + (BLOCK_SYNC_S if geometry.threads > WARP and geometry.loads_in_flight else 0.0)
     if work.preloaded:   # one round of vector loads, then every pass reads registers
@@ -221,6 +240,8 @@ def critical_path(kernel: Kernel, geometry: Geometry, work: Work, target: Target
 
 def kernel_work(kernel: Kernel, vec: int) -> Work:
     """Flops and loads of `kernel` as the emitter renders it, with `vec` > 1 caching rows in registers."""
+    if kernel.schedule.params:   # the work does not depend on the schedule: share it between schedules
+        kernel = dataclasses.replace(kernel, schedule=Schedule())
     return _work(kernel, vec)
 
 
@@ -238,8 +259,11 @@ def _work(kernel: Kernel, vec: int) -> Work:
     flops = 0.0
     loads: dict[str, float] = {}
     cached: dict[str, float] = {}
+    loops_reading: dict[str, int] = {}
     for root, base in regions:
         counts = _evaluations(root, base, stops)
+        for name in {node.arg for node, count in counts.values() if node.op == Op.INPUT and count}:
+            loops_reading[name] = loops_reading.get(name, 0) + 1
         for node, count in counts.values():
             flops += _flops(node, count)
             if node.op == Op.INPUT:
@@ -250,8 +274,10 @@ def _work(kernel: Kernel, vec: int) -> Work:
     for name, count in cached.items():
         loads[name] = loads.get(name, 0.0) + count
     flops += sum(float(r.srcs[0].size) for r in kernel.body if id(r) in stops)  # each cooperative combine
+    # a row that one loop reads is loaded in that loop; only rows that several loops read stay in registers
+    registers_rows = sum(1 for name in preloadable if loops_reading.get(name, 0) > 1)
     return Work(flops, tuple(sorted(loads.items())), len(regions) if kernel.archetype == "row_reduce" else 1,
-                len(preloadable))
+                registers_rows)
 
 
 def _matmul_work(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: Schedule,
@@ -265,6 +291,41 @@ def _matmul_work(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: S
     rereads = batches * k * (m * (-(-n // bn)) + n * (-(-m // bm))) * itemsize
     cache = max(0.0, rereads - sum(program.buffers[name].nbytes for name in kernel.reads))
     return Work(2.0 * batches * m * n * k, (), 1, 0), cache
+
+
+ATTENTION_SCORE_FLOPS = 24     # per score: the score function, max, exp2 (at TRANSCENDENTAL_FLOPS), sum, rescale
+
+
+def _attention_of(kernel: Kernel) -> attention.AttentionMatch:
+    match = attention.kernel_attention(kernel.outputs[0][1])
+    if match is None:
+        raise NotFusable(kernel.outputs[0][1], "the output is not elementwise over one attention")
+    return match
+
+
+def _attention_key_tiles(match: attention.AttentionMatch, bq: int, bkv: int) -> list[int]:
+    """Key tiles each query tile visits, as the template counts them (skipping tiles past a causal diagonal)."""
+    tq, tk, _, _ = match.dims
+    all_tiles = -(-tk // bkv)
+    if not attention.skips_masked_tiles(match):
+        return [all_tiles] * -(-tq // bq)
+    offset = match.causal_offset or 0
+    return [min(all_tiles, (min(q0 + bq, tq) - 1 + offset) // bkv + 1) for q0 in range(0, tq, bq)]
+
+
+def _attention_work(kernel: Kernel, schedule: Schedule, program: KernelProgram, target: Target) -> tuple[Work, float]:
+    """Tensor-core FLOPs of S = QK^T and O += PV over the tiles the kernel visits (whole 16-row warp tiles), the
+    softmax's FP32 work in tensor-core units, and the K and V tiles every query tile re-reads from the caches."""
+    match = _attention_of(kernel)
+    _, _, dqk, dv = match.dims
+    bq, bkv = schedule["bq"], schedule["bkv"]
+    batches = math.prod(match.batch_shape)
+    tiles = sum(_attention_key_tiles(match, bq, bkv))
+    scores = float(batches * tiles * bq * bkv)
+    flops = 2.0 * scores * (dqk + dv) + scores * ATTENTION_SCORE_FLOPS * target.tensor_flops / target.fp32_flops
+    rereads = batches * tiles * bkv * (dqk + dv) * MMA_BYTES
+    cache = max(0.0, rereads - sum(program.buffers[name].nbytes for name in kernel.reads))
+    return Work(flops, (), 1, 0), cache
 
 
 def _preloadable(kernel: Kernel, out: Node, vec: int) -> set[str]:

@@ -9,17 +9,23 @@ The strategy, in order:
    (`verify_program`, with a large-magnitude draw for softmax-like graphs); the first that passes wins.
    A candidate is measured only after it has passed random testing.
 
+`measure` may reject a candidate by raising KernelFault (it faulted or hung: verdict "faulted" or "timed
+out") or VerificationError (its outputs on the GPU disagree with the reference: "wrong on GPU"); the
+rejection is logged and counted, MCTS gets no reward for it, and it is never chosen.
+
 Determinism: every choice is ordered by structure or by a `random.Random(seed)`; the wall-clock budget only
 cuts the work short, and `stats.budget_hit` says when it did (then a slower machine may return another
 program). The greedy partition is always a candidate, so the winner is never predicted slower than it.
 """
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from tensorsmith.ir.errors import KernelFault
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import KernelProgram
 from tensorsmith.ir.targets import Target, get_target
@@ -32,7 +38,10 @@ from .prune import AbstractChecker
 from .space import Boundaries, Candidate, CandidateSpace
 from .verify import VerificationError, verify_program
 
+log = logging.getLogger(__name__)
+
 Measure = Callable[[KernelProgram], float]
+WRONG_ON_GPU = "wrong on GPU"
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,9 @@ class SearchStats:
     failed_verification: int = 0
     verified: int = 0
     measured: int = 0
+    faulted: int = 0               # measured candidates whose kernels faulted (an illegal address, a crash)
+    timed_out: int = 0             # measured candidates that ran past their deadline (a hang)
+    wrong_on_gpu: int = 0          # measured candidates whose GPU outputs disagree with the reference
     seconds: float = 0.0
     budget_hit: bool = False
 
@@ -68,6 +80,7 @@ class SearchProgress:
     pruned: int
     verified: int
     best_us: float | None
+    rejected: int = 0        # measured candidates that faulted, timed out or gave wrong outputs on the GPU
 
 
 @dataclass
@@ -98,6 +111,7 @@ class _Run:
     progress: Callable[[SearchProgress], None] | None
     predicted: dict[Candidate, float] = field(default_factory=dict)
     measured: dict[Candidate, float] = field(default_factory=dict)
+    rejected: dict[Candidate, str] = field(default_factory=dict)    # verdicts of candidates measure refused
     verdicts: dict[Boundaries, bool] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     stats: SearchStats = field(default_factory=SearchStats)
@@ -135,13 +149,31 @@ class _Run:
         self.score(candidate, seconds)
         if self.measure is None:
             return seconds
-        if not self.verify(candidate):
+        if candidate in self.rejected or not self.verify(candidate):
             return None
         if candidate not in self.measured:
-            self.measured[candidate] = float(self.measure(self.space.build(candidate)))
+            try:
+                seconds = float(self.measure(self.space.build(candidate)))
+            except KernelFault as err:
+                self.reject(candidate, err.verdict, str(err))
+                return None
+            except VerificationError as err:
+                self.reject(candidate, WRONG_ON_GPU, str(err))
+                return None
+            self.measured[candidate] = seconds
             self.stats.measured += 1
-            self._entry[candidate]["measured_us"] = self.measured[candidate] * 1e6
+            self._entry[candidate]["measured_us"] = seconds * 1e6
         return self.measured[candidate]
+
+    def reject(self, candidate: Candidate, verdict: str, reason: str) -> None:
+        """Record that measuring `candidate` failed (`verdict`): logged, counted, never chosen."""
+        self.rejected[candidate] = verdict
+        counter = {"timed out": "timed_out", WRONG_ON_GPU: "wrong_on_gpu"}.get(verdict, "faulted")
+        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+        entry = self._entry[candidate]
+        entry["verdict"] = verdict
+        log.warning("%s is skipped (%s): %s [%s]", entry["name"], verdict, reason, entry["description"])
+        self.report()
 
     def report(self) -> None:
         if self.progress is None:
@@ -150,7 +182,8 @@ class _Run:
                                                                                     default=None)
         space = self.space.stats
         self.progress(SearchProgress(self.stats.enumerated, space.pruned_schedule_z3 + space.pruned_expression_z3,
-                                     self.stats.verified, best * 1e6 if best is not None else None))
+                                     self.stats.verified, best * 1e6 if best is not None else None,
+                                     len(self.rejected)))
 
     def __post_init__(self) -> None:
         self._entry: dict[Candidate, dict[str, Any]] = {}
@@ -207,7 +240,7 @@ def _choose(run: _Run) -> Candidate:
 
     tried = 0
     for candidate in sorted(run.predicted, key=rank):
-        if run.verdicts.get(candidate.boundaries) is False:
+        if run.verdicts.get(candidate.boundaries) is False or candidate in run.rejected:
             continue
         if not run.space.expression_ok(candidate.boundaries):
             continue

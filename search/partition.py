@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
+from tensorsmith.codegen.attention import attention_match, kernel_attention
 from tensorsmith.codegen.matmul import tensor_core_match
 from tensorsmith.codegen.render import render_kernel
 from tensorsmith.ir import primitives as P
@@ -39,12 +40,25 @@ def legalise(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, set[i
             for position in range(len(program.kernels)):
                 render_kernel(program, position)
         except NotFusable as refusal:
-            original = origins[id(refusal.node)]
+            original = origins[id(_attention_first(program.kernels[position], refusal.node))]
             if id(original) in materialised:
                 raise AssertionError(f"codegen refused {original} again: {refusal}") from refusal
             materialised.add(id(original))
             continue
         return program, materialised
+
+
+def _attention_first(kernel: Kernel, refused: Node) -> Node:
+    """The attention inside `kernel` (not its output) that `refused` lies in, else `refused`: an attention gets a
+    kernel of its own before any node of it does, since that kernel computes its scores, max and sum inside."""
+    if kernel.archetype == "attention":     # the kernel is that attention: what it refuses is an operand's
+        return refused
+    root = kernel.outputs[0][1]
+    for node in kernel.body:
+        if (node is not root and node.op == Op.SUM and attention_match(node) is not None
+                and any(inner is refused for inner in toposort([node]))):
+            return node
+    return refused
 
 
 def materialisable(graph: Graph) -> list[Node]:
@@ -94,6 +108,8 @@ def _archetype(body: Node) -> str:
     cooperative = [n for n in toposort([body]) if n.op in REDUCE and not is_inline_reduce(n)]
     if not cooperative:
         return "pointwise"
+    if kernel_attention(body) is not None:     # softmax(score(q @ k^T)) @ v and its elementwise epilogue
+        return "attention"
     if len(cooperative) == 1 and tensor_core_match(cooperative[0]) and cooperative[0].shape == body.shape:
         return "matmul"
     return "row_reduce"

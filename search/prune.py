@@ -24,6 +24,7 @@ from typing import Callable
 
 import z3
 
+from tensorsmith.codegen import attention
 from tensorsmith.codegen.emit import NotFusable
 from tensorsmith.codegen.render import row_plan, vector_width
 from tensorsmith.codegen.schedules import ARCHETYPES, MAX_ACCUMULATORS
@@ -48,15 +49,24 @@ class KernelFacts:
     """What the schedule constraints need to know about one kernel."""
 
     archetype: str
-    row_length: int = 1        # elements each row loop walks
+    row_length: int = 1        # elements each row loop walks (pointwise: the last axis)
     itemsize: int = 4          # widest element the kernel loads
     vectorisable: bool = False  # codegen can cache the row in registers (vec > 1) for this body
     preloaded: int = 0         # buffers a vec > 1 kernel would cache
+    head_dims: tuple[int, int] = (0, 0)   # attention: the q.k and the v head dims
 
 
 def kernel_facts(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> KernelFacts:
     """The facts of `kernel` (raises NotFusable where its archetype cannot take the body at all)."""
     itemsize = max((n.dtype.itemsize for n in kernel.body if n.op == Op.INPUT), default=4)
+    if kernel.archetype == "attention":
+        match = attention.kernel_attention(kernel.outputs[0][1])
+        if match is None:
+            raise NotFusable(kernel.outputs[0][1], "the output is not elementwise over one attention")
+        return KernelFacts("attention", itemsize=itemsize, head_dims=(match.dims[2], match.dims[3]))
+    if kernel.archetype == "pointwise":   # VEC consecutive elements of the last axis per thread
+        shape = shapes[kernel.writes[0]]
+        return KernelFacts("pointwise", shape[-1] if shape else 1, itemsize)
     if kernel.archetype != "row_reduce":
         return KernelFacts(kernel.archetype, itemsize=itemsize)
     plan = row_plan(kernel)
@@ -76,7 +86,8 @@ def schedule_constraints(facts: KernelFacts, target: Target) -> tuple[dict[str, 
     rules: list[Constraint] = [(f"{name} in {values}", z3.Or([var[name] == v for v in values]))
                                for name, values in space.items()]
     if facts.archetype == "pointwise":
-        rules.append(("block <= max threads", var["block"] <= target.max_threads_per_block))
+        rules += [("block <= max threads", var["block"] <= target.max_threads_per_block),
+                  ("vec divides the last axis", facts.row_length % var["vec"] == 0)]
     elif facts.archetype == "row_reduce":
         rules += _row_constraints(facts, target, var["row_threads"], var["block"], var["vec"])
     elif facts.archetype == "matmul":
@@ -90,8 +101,34 @@ def schedule_constraints(facts: KernelFacts, target: Target) -> tuple[dict[str, 
                    z3.And(var["bm"] % (16 * var["warps_m"]) == 0, var["bn"] % (16 * var["warps_n"]) == 0)),
                   ("block <= max threads", threads <= target.max_threads_per_block),
                   ("dynamic shared memory", MMA_BYTES * var["stages"] * tiles <= target.shared_bytes_per_block),
-                  ("accumulators per thread", accumulators <= MAX_ACCUMULATORS)]
+                  ("accumulators per thread", accumulators <= MAX_ACCUMULATORS),
+                  ("split-K partial sums fit in shared memory",
+                   z3.Or(var["split_k"] == 1, 4 * var["bm"] * (var["bn"] + 4) <= target.shared_bytes_per_block)),
+                  # wgmma (codegen/schedules.py wgmma_schedule_ok); its shared memory is under the padded bound above
+                  ("wgmma: a warpgroup per 64 rows, BK 64, 3+ stages, K not split",
+                   z3.Implies(var["wgmma"] == 1, z3.And(var["bk"] == 64, var["warps_n"] == 4,
+                                                        var["bm"] == 64 * var["warps_m"], var["stages"] >= 3,
+                                                        var["split_k"] == 1))),
+                  ("wgmma only on Hopper (sm_90a)", z3.Or(var["wgmma"] == 0, z3.BoolVal(target.arch == "sm_90")))]
+    elif facts.archetype == "attention":
+        rules += _attention_constraints(facts, target, var["bq"], var["bkv"])
     return var, rules
+
+
+def _attention_constraints(facts: KernelFacts, target: Target, bq: z3.ArithRef, bkv: z3.ArithRef) -> list[Constraint]:
+    """Threads, dynamic shared memory (as codegen.attention.shared_bytes counts it: above 48 KiB up to the
+    target's per-block limit) and registers (its estimate) of the attention template."""
+    dqk, dv = facts.head_dims
+    decode = bq == attention.DECODE_BQ
+    split = z3.If(decode, attention.DECODE_WARPS, 1)
+    threads = WARP * z3.If(decode, attention.DECODE_WARPS, bq / 16)
+    tiles = attention.MMA_BYTES * (bq * (dqk + attention.PAD) + 2 * split * bkv * (dqk + dv + 2 * attention.PAD))
+    staged = 4 * split * bq * (dv + attention.OUT_PAD + 2)
+    registers = dqk // 4 + dv // 2 + bkv / 2 + attention.OTHER_REGISTERS   # attention.registers_per_thread
+    return [("block <= max threads", threads <= target.max_threads_per_block),
+            ("dynamic shared memory", z3.And(tiles <= target.shared_bytes_per_block,
+                                             staged <= target.shared_bytes_per_block)),
+            ("registers per thread", registers <= target.max_registers_per_thread)]
 
 
 def _row_constraints(facts: KernelFacts, target: Target, row_threads: z3.ArithRef, block: z3.ArithRef,
@@ -100,7 +137,7 @@ def _row_constraints(facts: KernelFacts, target: Target, row_threads: z3.ArithRe
     chunk = z3.If(vec * size <= VECTOR_BYTES, vec, VECTOR_BYTES // size)   # elements per 16-byte access
     items = (length + row_threads * vec - 1) / (row_threads * vec)          # vector loads per thread per row
     registers = BASE_REGISTERS + z3.If(vec > 1, items * vec * max(1, facts.preloaded) + vec, 0)
-    scratch = 2 * 4 * z3.If(row_threads > WARP, row_threads / WARP, 1)
+    scratch = 2 * 2 * 4 * z3.If(row_threads > WARP, row_threads / WARP, 1)   # float and int scratch, two of each
     return [
         ("row threads divide the block", block % row_threads == 0),
         ("block <= max threads", block <= target.max_threads_per_block),
@@ -124,20 +161,34 @@ class ScheduleVerdict:
 def feasible_schedules(facts: KernelFacts, target: Target) -> tuple[ScheduleVerdict, ...]:
     """Every point of the archetype's space, each checked by Z3 against the constraints (in space order).
 
-    Cached by facts: kernels that share them (most do) share the answer."""
+    Cached by facts: kernels that share them (most do) share the answer. Each rule mentions a few of the
+    parameters, so Z3 decides it once per assignment of those (memoised), not once per point of the space."""
     var, rules = schedule_constraints(facts, target)
     space = ARCHETYPES[facts.archetype]
     names = list(space)
+    mentioned = [[name for name in names if _mentions(rule, var[name])] for _, rule in rules]
+    decided: list[dict[tuple[int, ...], bool]] = [{} for _ in rules]
     verdicts = []
     for values in itertools.product(*(space[name] for name in names)):
-        binding = [(var[name], z3.IntVal(value)) for name, value in zip(names, values)]
+        point = dict(zip(names, values))
         violated = None
-        for label, rule in rules:
-            if not z3.is_true(z3.simplify(z3.substitute(rule, *binding))):
+        for (label, rule), own, memo in zip(rules, mentioned, decided):
+            key = tuple(point[name] for name in own)
+            if key not in memo:
+                binding = [(var[name], z3.IntVal(point[name])) for name in own]
+                memo[key] = z3.is_true(z3.simplify(z3.substitute(rule, *binding) if binding else rule))
+            if not memo[key]:
                 violated = label
                 break
-        verdicts.append(ScheduleVerdict(Schedule.of(**dict(zip(names, values))), violated))
+        verdicts.append(ScheduleVerdict(Schedule.of(**point), violated))
     return tuple(verdicts)
+
+
+def _mentions(term: z3.ExprRef, variable: z3.ArithRef) -> bool:
+    """Whether `variable` occurs in `term`."""
+    if term.eq(variable):
+        return True
+    return any(_mentions(child, variable) for child in term.children())
 
 
 # ---------------------------------------------------------------------------------------------------------------

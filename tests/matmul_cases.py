@@ -58,10 +58,15 @@ MATMUL_CASES: dict[str, Callable[[], ts.Graph]] = {
 # Points of the schedule space that differ in every parameter; `None` is codegen's default.
 MATMUL_SCHEDULES: list[dict[str, int] | None] = [
     None,
-    {"bm": 32, "bn": 64, "bk": 64, "stages": 2, "warps_m": 1, "warps_n": 4},
-    {"bm": 64, "bn": 128, "bk": 32, "stages": 3, "warps_m": 2, "warps_n": 2},
-    {"bm": 128, "bn": 256, "bk": 32, "stages": 3, "warps_m": 2, "warps_n": 4},
-    {"bm": 128, "bn": 64, "bk": 64, "stages": 4, "warps_m": 4, "warps_n": 2},
+    {"bm": 32, "bn": 64, "bk": 64, "stages": 2, "warps_m": 1, "warps_n": 4, "split_k": 1, "wgmma": 0},
+    {"bm": 64, "bn": 128, "bk": 32, "stages": 3, "warps_m": 2, "warps_n": 2, "split_k": 1, "wgmma": 0},
+    {"bm": 128, "bn": 256, "bk": 32, "stages": 3, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 0},
+    {"bm": 128, "bn": 64, "bk": 64, "stages": 4, "warps_m": 4, "warps_n": 2, "split_k": 1, "wgmma": 0},
+    {"bm": 32, "bn": 64, "bk": 32, "stages": 2, "warps_m": 1, "warps_n": 4, "split_k": 4, "wgmma": 0},
+    {"bm": 64, "bn": 128, "bk": 32, "stages": 3, "warps_m": 2, "warps_n": 2, "split_k": 8, "wgmma": 0},  # splits without tiles
+    # wgmma (sm_90a) where both operands are plain copies, else mma.sync under the same tile
+    {"bm": 128, "bn": 256, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1},
+    {"bm": 64, "bn": 128, "bk": 64, "stages": 3, "warps_m": 1, "warps_n": 4, "split_k": 1, "wgmma": 1},
 ]
 
 

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import pytest
 
+import tensorsmith as ts
+
 from matmul_cases import MATMUL_CASES, MATMUL_SCHEDULES, matmul_program
-from tensorsmith.codegen.matmul import shared_bytes
+from tensorsmith.codegen.matmul import shared_bytes, wgmma_shared_bytes
 from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
 from tensorsmith.codegen.schedules import is_valid
 from tensorsmith.ir.kernel_program import Schedule
@@ -13,8 +15,31 @@ from tensorsmith.ir.kernel_program import Schedule
 @pytest.mark.parametrize("case", sorted(MATMUL_CASES))
 def test_every_case_compiles_at_the_default_schedule(case: str) -> None:
     _, kernel = matmul_program(MATMUL_CASES[case](), None)
-    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90"))
-    assert "mma.sync.aligned.m16n8k16" in kernel.source and kernel.shared_bytes > 0
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))
+    instruction = "wgmma.mma_async" if kernel.arch == "sm_90a" else "mma.sync.aligned.m16n8k16"
+    assert instruction in kernel.source and kernel.shared_bytes > 0
+
+
+@pytest.mark.parametrize("a_t", [False, True], ids=["a_mk", "a_km"])
+@pytest.mark.parametrize("b_t", [False, True], ids=["b_kn", "b_nk"])
+@pytest.mark.parametrize("bn", [128, 256])
+def test_wgmma_renders_for_every_operand_layout_and_compiles_for_sm90a(a_t: bool, b_t: bool, bn: int) -> None:
+    schedule = {"bm": 128, "bn": bn, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
+    _, kernel = matmul_program(_product_graph(200, 328, 136, a_t, b_t), schedule)
+    assert kernel.arch == "sm_90a" and kernel.block == (256, 1, 1)
+    assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.f16.f16" in kernel.source
+    assert f"wgmma_m64n{bn}k16<{int(a_t)}, {int(not b_t)}>" in kernel.source   # MN-major operands transposed
+    assert kernel.shared_bytes == wgmma_shared_bytes(128, bn, 64, 4)
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90a"))
+
+
+def test_wgmma_falls_back_to_mma_sync_where_an_operand_is_not_a_plain_copy() -> None:
+    schedule = {"bm": 128, "bn": 128, "bk": 64, "stages": 3, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
+    _, fused = matmul_program(MATMUL_CASES["fused"](), schedule)   # A is scaled first: a prologue
+    assert fused.arch is None and "mma.sync.aligned.m16n8k16" in fused.source and "wgmma.mma_async" not in fused.source
+    assert not is_valid("matmul", Schedule.of(**{**schedule, "bk": 32}))        # one 128-byte row per K slice
+    assert not is_valid("matmul", Schedule.of(**{**schedule, "split_k": 2}))
+    assert not is_valid("matmul", Schedule.of(**{**schedule, "warps_m": 4, "warps_n": 2}))
 
 
 @pytest.mark.parametrize("schedule", MATMUL_SCHEDULES[1:], ids=lambda s: "x".join(map(str, s.values())))
@@ -24,10 +49,13 @@ def test_every_schedule_point_compiles_and_sizes_its_pipeline(schedule: dict[str
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90"))
     assert kernel.block == (32 * schedule["warps_m"] * schedule["warps_n"], 1, 1)
     # A is stored (k, m) and B (n, k): the template keeps A as [k][m] and B as [n][k] tiles
-    expected = shared_bytes(schedule["bm"], schedule["bn"], schedule["bk"], schedule["stages"], "m", "k")
+    expected = shared_bytes(schedule["bm"], schedule["bn"], schedule["bk"], schedule["stages"], "m", "k",
+                            schedule["split_k"])
     assert kernel.shared_bytes == expected
+    assert kernel.grid[2] == schedule["split_k"]
+    assert ("__cluster_dims__(1, 1, " in kernel.source) == (schedule["split_k"] > 1)
     assert f"constexpr int BM = {schedule['bm']}, BN = {schedule['bn']}, BK = {schedule['bk']}, " \
-           f"STAGES = {schedule['stages']};" in kernel.source
+           f"STAGES = {schedule['stages']}, SPLIT_K = {schedule['split_k']};" in kernel.source
 
 
 def test_operands_that_are_not_plain_chunked_loads_take_the_prologue_path() -> None:
@@ -38,5 +66,22 @@ def test_operands_that_are_not_plain_chunked_loads_take_the_prologue_path() -> N
 
 
 def test_schedules_that_break_the_warp_tiling_are_invalid() -> None:
-    assert not is_valid("matmul", Schedule.of(bm=32, bn=64, bk=32, stages=2, warps_m=4, warps_n=2))   # 8-row warp tiles
-    assert not is_valid("matmul", Schedule.of(bm=128, bn=256, bk=32, stages=2, warps_m=2, warps_n=2))  # 256 accumulators
+    common = {"bk": 32, "stages": 2, "split_k": 1}
+    assert not is_valid("matmul", Schedule.of(bm=32, bn=64, warps_m=4, warps_n=2, **common))    # 8-row warp tiles
+    assert not is_valid("matmul", Schedule.of(bm=128, bn=256, warps_m=2, warps_n=2, **common))  # 256 accumulators
+
+
+def test_default_splits_k_across_a_cluster_only_where_output_tiles_are_too_few() -> None:
+    _, small = matmul_program(_product_graph(16, 4096, 4096), None)
+    _, large = matmul_program(_product_graph(4096, 4096, 4096), None)
+    assert small.schedule["split_k"] > 1 and small.grid[0] * small.grid[1] * small.grid[2] >= 128
+    assert large.schedule["split_k"] == 1 and "__cluster_dims__" not in large.source
+
+
+def _product_graph(m: int, n: int, k: int, a_t: bool = False, b_t: bool = False) -> ts.Graph:
+    """a @ b with a stored (m, k) or, with a_t, (k, m); b stored (k, n) or, with b_t, (n, k)."""
+    g = ts.Graph("product")
+    a = g.input("a", (k, m) if a_t else (m, k), "float16")
+    b = g.input("b", (n, k) if b_t else (k, n), "float16")
+    g.output("c", (a.transpose(0, 1) if a_t else a) @ (b.transpose(0, 1) if b_t else b))
+    return g

@@ -156,3 +156,85 @@ def test_cache_root_reads_the_environment(monkeypatch, tmp_path):
     assert nvrtc.default_cubin_dir() == tmp_path / "cubin"
     monkeypatch.delenv(CACHE_DIR_ENV)
     assert nvrtc.default_cubin_dir() == Path.home() / ".cache" / "tensorsmith" / "cubin"
+
+
+# ---- many kernels at once, in worker processes ----------------------------------------------------
+
+
+def distinct_kernels(count: int) -> list[tuple[str, str]]:
+    """`count` kernels that differ in their source, each (source, name)."""
+    return [(HALF_KERNEL.replace("axpb_half", f"axpb_half_{i}").replace("2.0f", f"{i + 2}.0f"), f"axpb_half_{i}")
+            for i in range(count)]
+
+
+@pytest.fixture
+def no_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if compile_many reaches for its worker pool."""
+    def refuse(workers: int):
+        raise AssertionError(f"the worker pool was asked for {workers} workers")
+    monkeypatch.setattr(nvrtc, "_worker_pool", refuse)
+
+
+def test_compile_many_in_workers_gives_the_serial_cubins(tmp_path, cache_dir, nvrtc_calls):
+    kernels = distinct_kernels(5)
+    parallel = nvrtc.compile_many(kernels, workers=2)
+    assert nvrtc_calls == []          # NVRTC ran in the workers, not here (the counter lives in this process)
+    serial = [nvrtc.compile_cubin(source, name, cache_dir=tmp_path / "serial") for source, name in kernels]
+    assert parallel == serial
+    assert len(set(parallel)) == 5 and all(nvrtc.is_cubin(cubin) for cubin in parallel)
+    assert len(list((cache_dir / "cubin").glob("*.cubin"))) == 5
+
+
+def test_compile_many_reads_hits_without_the_pool(cache_dir, nvrtc_calls, no_pool):
+    kernels = distinct_kernels(4)
+    first = [nvrtc.compile_cubin(source, name) for source, name in kernels]
+    assert nvrtc.compile_many(kernels) == first
+    assert len(nvrtc_calls) == 4      # the four compile_cubin calls; compile_many compiled nothing
+
+
+def test_compile_many_compiles_two_or_fewer_misses_here(cache_dir, nvrtc_calls, no_pool):
+    kernels = distinct_kernels(4)
+    nvrtc.compile_many(kernels[:2])
+    assert nvrtc.compile_many(kernels, workers=1) == [nvrtc.compile_cubin(s, n) for s, n in kernels]
+    assert sorted(nvrtc_calls) == [name for _, name in kernels]
+
+
+def test_compile_many_compiles_a_repeated_source_once(cache_dir, nvrtc_calls, no_pool):
+    cubins = nvrtc.compile_many([(HALF_KERNEL, "axpb_half")] * 3)
+    assert cubins[0] == cubins[1] == cubins[2] and nvrtc_calls == ["axpb_half"]
+
+
+def test_compile_many_raises_the_first_error_in_order_with_the_serial_message(cache_dir):
+    other_broken = ('extern "C" __global__ void k(float* y) { y[0] = not_declared; }\n', "k")
+    kernels = [*distinct_kernels(2), (BROKEN_KERNEL, "broken"), other_broken, *distinct_kernels(4)[2:]]
+    with pytest.raises(CompileError) as parallel:
+        nvrtc.compile_many(kernels, workers=2)
+    with pytest.raises(CompileError) as serial:
+        nvrtc.compile_cubin(BROKEN_KERNEL, "broken")
+    assert str(parallel.value) == str(serial.value)
+    assert 'broken.cu(3): error: expected a ";"' in str(parallel.value)
+    assert parallel.value.__cause__ is None
+    saved = next((cache_dir / "failed").glob("broken-*.cu"))
+    assert saved.read_text() == BROKEN_KERNEL
+
+
+def test_compile_many_falls_back_to_this_process_when_the_pool_breaks(cache_dir, nvrtc_calls, monkeypatch, caplog):
+    from concurrent.futures.process import BrokenProcessPool
+
+    def broken(workers: int):
+        raise BrokenProcessPool("a worker died")
+    monkeypatch.setattr(nvrtc, "_worker_pool", broken)
+    kernels = distinct_kernels(3)
+    assert nvrtc.compile_many(kernels, workers=2) == [nvrtc.compile_cubin(s, n) for s, n in kernels]
+    assert len(nvrtc_calls) == 3
+    assert "compiling 3 kernel(s) in this process" in caplog.text
+
+
+def test_compile_workers_reads_the_environment(monkeypatch):
+    from tensorsmith.ir.knobs import COMPILE_WORKERS_ENV, MAX_COMPILE_WORKERS, compile_workers
+    monkeypatch.setenv(COMPILE_WORKERS_ENV, "3")
+    assert compile_workers() == 3
+    monkeypatch.setenv(COMPILE_WORKERS_ENV, "0")
+    assert compile_workers() == 1
+    monkeypatch.delenv(COMPILE_WORKERS_ENV)
+    assert 1 <= compile_workers() <= MAX_COMPILE_WORKERS

@@ -61,3 +61,18 @@ def test_default_schedules_lie_in_the_declared_space(case: str) -> None:
     shapes = {name: buf.shape for name, buf in program.buffers.items()}
     for kernel in program.kernels:
         assert is_valid(kernel.archetype, default_schedule(kernel, shapes))
+
+
+def test_layernorm_caches_only_x_and_computes_its_row_statistics_once() -> None:
+    program = partition(CASES["norms"]())
+    (ln,) = [k for k in render_program(program) if k.name == "norms_ln"]
+    code = ln.source[ln.source.index("extern"):]
+    assert ln.schedule["vec"] == 8 and code.count("load_vec<8>(g_x + ") == 1 and "float r_x0[2][8];" in code
+    epilogue = code.split("// the epilogue")[1]
+    # w and b are read by the epilogue alone: loaded there, 16 bytes at a time, not held for the whole row
+    assert "load_vec<8>(g_w + (base), r_w1);" in epilogue and "load_vec<8>(g_b + (base), r_b2);" in epilogue
+    before_loop, loop = epilogue.split("#pragma unroll", 1)
+    assert "sqrtf(" in before_loop and "sqrtf(" not in loop     # 1/std once per row, not once per element
+    # two reductions in a row, one barrier each: they alternate scratch arrays
+    assert "row_reduce(acc1, Sum(), s_scratch_f[0])" in code and "s_scratch_f[1])" in code
+    assert code.count("__syncthreads") == 0 and ln.source.count("__syncthreads();") == 1

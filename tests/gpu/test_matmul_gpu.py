@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu
 def _run_matmul_kernel(graph: ts.Graph, schedule: dict[str, int] | None, inputs: dict[str, np.ndarray]) -> np.ndarray:
     program, kernel = matmul_program(graph, schedule)
     assert program.kernels == [k for k in program.kernels if k.archetype == "matmul"], "one kernel: the matmul"
-    function = runtime.Module(compile_cubin(kernel.source, kernel.name, arch="sm_90")).function(kernel.name)
+    function = runtime.Module(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90")).function(kernel.name)
     buffers = {}
     for name, buf in program.buffers.items():
         buffers[name] = runtime.DeviceBuffer(buf.nbytes)

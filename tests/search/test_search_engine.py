@@ -85,3 +85,36 @@ def test_winner_is_never_predicted_slower_than_greedy_partition_with_its_default
     graph = CASES["rope"]()
     result = search_program(graph, "sm90", budget_s=30, config=QUICK)
     assert result.predicted_us <= program_seconds(partition(graph), SM90) * 1e6 * (1 + 1e-9)
+
+
+def test_candidates_that_fault_hang_or_are_wrong_on_the_gpu_are_reported_and_skipped(caplog) -> None:
+    from tensorsmith.ir.errors import KernelFault
+    from tensorsmith.search.verify import VerificationError
+
+    graph = CASES["many_short_rows"]()
+    calls: list[KernelProgram] = []
+
+    def measure(program: KernelProgram) -> float:   # the first three candidates measured fail, each in its own way
+        calls.append(program)
+        if len(calls) == 1:
+            raise KernelFault("cuCtxSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS", "faulted")
+        if len(calls) == 2:
+            raise KernelFault("did not finish in 20.0 s; their worker was killed", "timed out")
+        if len(calls) == 3:
+            raise VerificationError("the GPU program disagrees with the reference")
+        return 1e-6 * len(calls)        # later ones are slower: a failed candidate would win if it were kept
+
+    progress: list[SearchProgress] = []
+    result = search_program(graph, "sm90", budget_s=30, measure=measure, progress=progress.append,
+                            config=SearchConfig(BeamConfig(width=2, rounds=1), MCTSConfig(iterations=24,
+                                                                                         schedules_per_kernel=6)))
+    stats = result.stats
+    assert (stats.faulted, stats.timed_out, stats.wrong_on_gpu) == (1, 1, 1)
+    assert stats.measured == len(calls) - 3 >= 1
+    verdicts = [e["verdict"] for e in result.history]
+    assert verdicts.count("faulted") == verdicts.count("timed out") == verdicts.count("wrong on GPU") == 1
+    assert all(e["measured_us"] is None for e in result.history if e["verdict"] in ("faulted", "timed out"))
+    assert result.measured_us == pytest.approx(4.0)      # the fastest candidate that measured well
+    assert progress[-1].rejected == 3
+    assert "is skipped (faulted): cuCtxSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS" in caplog.text
+    assert "is skipped (timed out)" in caplog.text

@@ -1,0 +1,249 @@
+"""The attention archetype: softmax(score(q @ k^T)) @ v as one streaming kernel on tensor cores (FlashAttention-2).
+
+`ir.patterns.match_attention` finds the parts: the q, k and v operands, the score function s of the raw
+dot product and of the indices (a scale, a causal mask, ...), the row max and the exponential of the
+softmax, and the normalisation. The kernel never writes the scores: each block keeps the Q fragments of
+its query rows in registers and streams the K and V tiles of its batch through shared memory, keeping a
+running max, a running sum and the unnormalised output per row (the online softmax). Whatever the output
+computes from the attention result elementwise (a cast, a residual) becomes the epilogue.
+
+Two variants share the template: prefill (BQ = 64 or 128 queries per block, one warp per 16 rows, every
+warp streaming every key tile) and decode (BQ = 16: the block's warps split the key tiles between them and
+merge their partial results in shared memory at the end), for few queries per head.
+"""
+from __future__ import annotations
+
+import math
+
+from tensorsmith.ir import primitives as P
+from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.kernel_program import Kernel, Schedule
+from tensorsmith.ir.node import Node, toposort
+from tensorsmith.ir.ops import Op
+from tensorsmith.ir.patterns import MASK_LIMIT, AttentionMatch, attention_index, match_attention
+
+from .emit import Emitter, NotFusable, c_literal, delinearize, row_major_strides
+from .matmul import MMA_TYPES
+
+HEAD_DIM_STEP = 16     # one k16 step of Q K^T and one pair of n8 output tiles
+MAX_HEAD_DIM = 256     # the output accumulators of a row (DV / 2 floats per thread) must stay in registers
+CHUNK = 8              # fp16/bf16 elements in one 16-byte copy
+PAD = 8                # elements added to each shared K, V and Q row (the template's PAD)
+OUT_PAD = 8            # floats added to each staged output row (the template's O_COLS)
+MMA_BYTES = 2          # fp16 and bf16
+DECODE_BQ = 16         # a block of this many queries splits the key tiles between its warps
+DECODE_WARPS = 4
+OTHER_REGISTERS = 40   # addresses, indices, the softmax state: what a thread holds besides its fragments
+
+
+def attention_match(node: Node) -> AttentionMatch | None:
+    """An attention the template takes: q, k and v of one tensor-core dtype, head dims multiples of 16 up to 256."""
+    match = match_attention(node)
+    if match is None or len({match.q.dtype, match.k.dtype, match.v.dtype}) != 1 or match.v.dtype not in MMA_TYPES:
+        return None
+    _, _, dqk, dv = match.dims
+    if dqk % HEAD_DIM_STEP or dv % HEAD_DIM_STEP or max(dqk, dv) > MAX_HEAD_DIM:
+        return None
+    return match
+
+
+def kernel_attention(root: Node) -> AttentionMatch | None:
+    """The attention that a kernel's output `root` is elementwise over (same shape), or None."""
+    for node in reversed(toposort([root])):
+        if node.op == Op.SUM and node.shape == root.shape and (match := attention_match(node)) is not None:
+            return match
+    return None
+
+
+def skips_masked_tiles(match: AttentionMatch) -> bool:
+    """Whether key tiles past the causal diagonal may be skipped: every row keeps key 0 (offset >= 0), and a
+    masked score lies so far below it (mask * exp scale <= MASK_LIMIT) that its probability is exactly 0."""
+    offset = match.causal_offset
+    return offset is not None and offset >= 0 and match.mask_value * match.exp_scale <= MASK_LIMIT
+
+
+def warps_and_split(bq: int) -> tuple[int, int]:
+    """(warps per block, warps that share each query row): one warp per 16 rows, or decode's split of the keys."""
+    return (DECODE_WARPS, DECODE_WARPS) if bq == DECODE_BQ else (bq // 16, 1)
+
+
+def shared_bytes(bq: int, bkv: int, dqk: int, dv: int) -> int:
+    """Dynamic shared memory: the Q tile and two K and V tiles per key share (rows padded as the template pads
+    them), or the staged fp32 outputs and row statistics at the end, which reuse that memory."""
+    _, split = warps_and_split(bq)
+    tiles = MMA_BYTES * (bq * (dqk + PAD) + 2 * split * bkv * (dqk + PAD + dv + PAD))
+    staged = 4 * split * bq * (dv + OUT_PAD + 2)
+    return max(tiles, staged)
+
+
+def registers_per_thread(bkv: int, dqk: int, dv: int) -> int:
+    """An estimate: Q fragments (DQK / 4), output accumulators (DV / 2), scores (BKV / 2), and the rest (ptxas
+    reports 174 at head dim 128 and BKV 64, 253 without spills at head dim 256 and BKV 32)."""
+    return dqk // 4 + dv // 2 + bkv // 2 + OTHER_REGISTERS
+
+
+def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
+    """The template context of an attention kernel: operand rows, score function, epilogue and launch shape."""
+    if len(kernel.outputs) != 1:
+        raise NotFusable(kernel.outputs[1][1], "an attention kernel writes one output")
+    name, out = kernel.outputs[0]
+    match = kernel_attention(out)
+    if match is None:
+        raise NotFusable(out, "the output is not elementwise over one attention")
+    tq, tk, dqk, dv = match.dims
+    names = attention_index(match.output.srcs[0].shape, ("qi", "kj", "hd"))
+    batch, (qn, kn) = names[:-3], names[-3:-1]
+    coords = [(b, expr) for b, expr in zip(batch, delinearize("batch", match.batch_shape)) if b != "0"]
+    rows = {"q": _row_load(match.q, batch + (qn, "hd", "0"), match),
+            "k": _row_load(match.k, batch + ("0", "hd", kn), match),
+            "v": _row_load(match.v, batch + ("0", kn, "hd"), match)}
+    score = _score_code(shapes, match, match.score, batch + (qn, kn))
+    offset = match.causal_offset
+    unmasked = None
+    if match.mask is not None:      # tiles every query of a warp sees whole skip the mask's arithmetic
+        zero = P.constant(0.0, match.mask.shape, match.mask.dtype)
+        unmasked = _score_code(shapes, match, _replaced(match.score, match.mask, zero), batch + (qn, kn))
+    skip = skips_masked_tiles(match)
+    bq, bkv = schedule["bq"], schedule["bkv"]
+    warps, split = warps_and_split(bq)
+    batches = math.prod(match.batch_shape)
+    mma_type, _ = MMA_TYPES[match.v.dtype]
+    how = (f"one block per {bq} queries of a head, {warps} warps; K and V tiles of {bkv} keys double-buffered by"
+           f" cp.async; S = QK^T and O += PV on tensor cores (mma.sync m16n8k16, {mma_type} -> float), online"
+           " softmax in registers")
+    if split > 1:
+        how += f"; the {split} warps split the key tiles and merge their partial results in shared memory"
+    if skip:
+        how += "; key tiles past the causal diagonal skipped"
+    return {
+        "coords": coords, "batch": batches, "tq": tq, "tk": tk, "dqk": dqk, "dv": dv, "bq": bq, "bkv": bkv,
+        "warps": warps, "split": split, "mma_type": mma_type, **rows,
+        "score": score, "score_unmasked": unmasked, "mask_offset": offset if match.mask is not None else None,
+        "skip_masked": skip, "exp_scale": c_literal(match.exp_scale, DType.FLOAT32),
+        "epilogue": _epilogue(shapes, match, name, out, batch, qn),
+        "block": (32 * warps, 1, 1), "grid": (-(-tq // bq) * batches, 1, 1),
+        "shared_bytes": shared_bytes(bq, bkv, dqk, dv), "strategy": how,
+    }
+
+
+def _row_load(node: Node, index: tuple[str, ...], match: AttentionMatch) -> dict:
+    """Where one row of an operand starts in its buffer: the operand must be views of a buffer of the tensor
+    cores' dtype, contiguous along the head dimension in 16-byte chunks; otherwise NotFusable names the node to
+    give a buffer of its own."""
+    layout = _strided(node)
+    if layout is not None and layout[0].op == Op.INPUT:
+        base, strides, offset = layout
+        rows = _row_offset(index, strides, offset)
+        if rows is not None:
+            return {"buffer": base.arg, "offset": rows}
+    raise NotFusable(_own_buffer(node, index, match),
+                     "an attention operand must be a load contiguous along the head dimension")
+
+
+def _own_buffer(node: Node, index: tuple[str, ...], match: AttentionMatch) -> Node:
+    """The node under an operand's views that, in a buffer of its own, is contiguous along the head dimension;
+    where there is none, the score matmul (the scores then get a kernel of their own)."""
+    layout = _strided(node)
+    if layout is None or layout[0].op in (Op.INPUT, Op.CONSTANT, Op.IOTA):
+        return match.qk.reduce
+    base, strides, offset = layout
+    return base if _row_offset(index, strides, offset) is not None else match.qk.reduce
+
+
+def _row_offset(index: tuple[str, ...], strides: tuple[int, ...], offset: int) -> str | None:
+    """The C offset of (index with hd = 0) where the head dim has stride 1 and every row starts on 16 bytes."""
+    terms = [(name, stride) for name, stride in zip(index, strides) if name != "0" and stride != 0]
+    if ("hd", 1) not in terms or offset % CHUNK or any(stride % CHUNK for name, stride in terms if name != "hd"):
+        return None
+    return " + ".join([f"({name}) * {stride}" for name, stride in terms if name != "hd"] + [str(offset)])
+
+
+def _strided(node: Node) -> tuple[Node, tuple[int, ...], int] | None:
+    """(base, strides, offset): `node` as a strided view of the first node under its views that is not one
+    (strides in elements of that node's own row-major buffer); None where a view is a pad, or a reshape that
+    no strides describe."""
+    chain = []
+    while node.op in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE):
+        chain.append(node)
+        node = node.srcs[0]
+    if node.op == Op.PAD:
+        return None
+    strides, offset = row_major_strides(node.shape), 0
+    for view in reversed(chain):
+        src = view.srcs[0]
+        if view.op == Op.EXPAND:
+            strides = tuple(0 if s != d else stride for s, d, stride in zip(src.shape, view.shape, strides))
+        elif view.op == Op.PERMUTE:
+            strides = tuple(strides[axis] for axis in view.arg)
+        elif view.op == Op.SLICE:
+            offset += sum(lo * stride for (lo, _), stride in zip(view.arg, strides))
+        else:
+            reshaped = _reshape_strides(src.shape, strides, view.shape)
+            if reshaped is None:
+                return None
+            strides = reshaped
+    return node, strides, offset
+
+
+def _reshape_strides(old: tuple[int, ...], strides: tuple[int, ...], new: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The strides of a reshape of a strided view, where one exists (PyTorch's computeStride): each run of
+    old axes that is contiguous in memory may be split or merged freely."""
+    if not old:
+        return tuple(1 for _ in new)
+    out = [0] * len(new)
+    view_axis = len(new) - 1
+    chunk_stride = strides[-1]
+    old_numel, new_numel = 1, 1
+    for axis in range(len(old) - 1, -1, -1):
+        old_numel *= old[axis]
+        if axis == 0 or (old[axis - 1] != 1 and strides[axis - 1] != old_numel * chunk_stride):
+            while view_axis >= 0 and (new_numel < old_numel or new[view_axis] == 1):
+                out[view_axis] = new_numel * chunk_stride
+                new_numel *= new[view_axis]
+                view_axis -= 1
+            if new_numel != old_numel:
+                return None
+            if axis > 0:
+                chunk_stride = strides[axis - 1]
+                old_numel, new_numel = 1, 1
+    return tuple(out) if view_axis == -1 else None
+
+
+def _score_code(shapes: dict, match: AttentionMatch, score: Node, index: tuple[str, ...]) -> dict:
+    """Statements computing the score at (query qi, key kj) from the raw dot product `dot`, and its value."""
+    emitter = Emitter(shapes, indent=5)
+    emitter.reduced[id(match.qk.reduce)] = (index, "dot")
+    value = emitter.value(score, index)
+    return {"lines": "\n".join(emitter.lines), "value": value}
+
+
+def _replaced(root: Node, target: Node, replacement: Node) -> Node:
+    """`root` with `target` replaced by `replacement` (the nodes on the way copied, every other node kept)."""
+    new: dict[int, Node] = {id(target): replacement}
+    for node in toposort([root], {id(target)}):
+        srcs = tuple(new.get(id(src), src) for src in node.srcs)
+        if node is not target and any(a is not b for a, b in zip(srcs, node.srcs)):
+            new[id(node)] = P.rebuild(node, srcs)
+    return new.get(id(root), root)
+
+
+def _epilogue(shapes: dict, match: AttentionMatch, name: str, out: Node, batch: tuple[str, ...], qn: str) -> str:
+    """The output at (query qi, element hd) from `acc` (the unnormalised P V), `l_row` (the row's sum of
+    exponentials) and `m_row` (its max score): the normalisation, then whatever the output computes."""
+    emitter = Emitter(shapes, indent=3)
+    row = batch + (qn,)
+    last = match.score.ndim - 1
+    for node in toposort([out]):
+        if node.op == Op.MAX and node.srcs[0] is match.score and node.arg == last:
+            emitter.reduced[id(node)] = (row, "m_row")
+        elif node.op == Op.SUM and node.srcs[0] is match.exp and node.arg == last:
+            emitter.reduced[id(node)] = (row, "l_row")
+    value = "acc"
+    if match.norm is not None:       # the probabilities' factor, constant along the keys (1 / l)
+        factor = emitter.value(match.norm, batch + (qn, "0"))
+        emitter.line(f"const float o_value = acc * {factor};")
+        value = "o_value"
+    index = batch + (qn, "hd")
+    emitter.reduced[id(match.output)] = (index, value)
+    emitter.store(name, out.dtype, index, emitter.value(out, index))
+    return "\n".join(emitter.lines)

@@ -1,0 +1,59 @@
+"""Attention graphs for the attention archetype's tests: prefill and decode, fp16 and bf16, head dims 64 and 128,
+causal or not, sequence lengths that divide the tiles (128) and that do not (100, 77, 300).
+
+Each case is (batch, heads, queries, keys, head dim, dtype, causal); `attention_graph` builds it with
+`nn.attention`, `attention_program` partitions it and renders its one kernel under a schedule.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import tensorsmith as ts
+from tensorsmith import nn
+from tensorsmith.codegen.render import RenderedKernel, render_kernel
+from tensorsmith.ir.kernel_program import KernelProgram, Schedule
+from tensorsmith.search.partition import partition
+
+Case = tuple[int, int, int, int, int, str, bool]
+
+ATTENTION_CASES: dict[str, Case] = {
+    "prefill_fp16_d64_128": (1, 4, 128, 128, 64, "float16", False),
+    "prefill_fp16_d64_128_causal": (1, 4, 128, 128, 64, "float16", True),
+    "prefill_fp16_d128_100_causal": (2, 2, 100, 100, 128, "float16", True),
+    "prefill_bf16_d128_77": (2, 2, 77, 77, 128, "bfloat16", False),
+    "prefill_bf16_d64_77_causal": (1, 3, 77, 77, 64, "bfloat16", True),
+    "prefill_fp16_d128_300_causal": (1, 2, 300, 300, 128, "float16", True),
+    "prefill_bf16_d64_fewer_queries_causal": (1, 2, 70, 200, 64, "bfloat16", True),
+    "decode_fp16_d128_1x300": (2, 4, 1, 300, 128, "float16", False),
+    "decode_fp16_d128_1x300_causal": (2, 4, 1, 300, 128, "float16", True),
+    "decode_bf16_d64_5x1000_causal": (1, 4, 5, 1000, 64, "bfloat16", True),
+    "decode_bf16_d128_16x77": (1, 2, 16, 77, 128, "bfloat16", False),
+}
+
+# every point of the schedule space that fits an H200's shared memory at head dim 128
+ATTENTION_SCHEDULES: list[dict[str, int]] = [
+    {"bq": 16, "bkv": 32}, {"bq": 64, "bkv": 32}, {"bq": 64, "bkv": 64}, {"bq": 64, "bkv": 128},
+    {"bq": 128, "bkv": 32}, {"bq": 128, "bkv": 64}, {"bq": 128, "bkv": 128},
+]
+
+
+def attention_graph(name: str, case: Case) -> ts.Graph:
+    """o = nn.attention(q, k, v) with q (batch, heads, queries, d) and k, v (batch, heads, keys, d)."""
+    batch, heads, queries, keys, dim, dtype, causal = case
+    g = ts.Graph(name)
+    q = g.input("q", (batch, heads, queries, dim), dtype)
+    k = g.input("k", (batch, heads, keys, dim), dtype)
+    v = g.input("v", (batch, heads, keys, dim), dtype)
+    g.output("o", nn.attention(q, k, v, causal=causal))
+    return g
+
+
+def attention_program(graph: ts.Graph, schedule: dict[str, int] | None) -> tuple[KernelProgram, RenderedKernel]:
+    """The graph partitioned (one attention kernel expected last), that kernel rendered under `schedule`
+    (codegen's default where None)."""
+    program = partition(graph)
+    position = len(program.kernels) - 1
+    if schedule is not None:
+        kernel = dataclasses.replace(program.kernels[position], schedule=Schedule.of(**schedule))
+        program = dataclasses.replace(program, kernels=[*program.kernels[:position], kernel])
+    return program, render_kernel(program, position)

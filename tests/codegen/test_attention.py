@@ -1,0 +1,318 @@
+"""The attention archetype: the pattern, the kernel boundaries, rendering and NVRTC compilation for every case and
+schedule point, and a numpy model of one warp of the template (fragment layouts and its index arithmetic)."""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorsmith as ts
+from attention_cases import ATTENTION_CASES, ATTENTION_SCHEDULES, attention_graph, attention_program
+from tensorsmith import nn, rewrites, search
+from tensorsmith.codegen import attention
+from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
+from tensorsmith.codegen.render import render_kernel
+from tensorsmith.codegen.schedules import ARCHETYPES, is_valid
+from tensorsmith.ir.kernel_program import Schedule
+from tensorsmith.ir.ops import Op
+from tensorsmith.ir.patterns import match_attention
+from tensorsmith.ir.targets import get_target
+from tensorsmith.model_loader import load_graph
+from tensorsmith.search.partition import partition
+from tensorsmith.search.prune import feasible_schedules, kernel_facts
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "attention.py"
+LOG2_E = 1.0 / math.log(2.0)
+
+
+# ---- the pattern and the kernel boundaries -------------------------------------------------------------------
+
+def _matches(graph: ts.Graph) -> list:
+    return [m for node in graph.nodes() if node.op == Op.SUM and (m := match_attention(node)) is not None]
+
+
+@pytest.mark.parametrize("extracted", [False, True], ids=["as_built", "after_rewrites"])
+def test_example_and_causal_attention_match_with_their_mask(extracted: bool) -> None:
+    for graph in (load_graph(EXAMPLE), attention_graph("causal", ATTENTION_CASES["prefill_fp16_d128_300_causal"])):
+        if extracted:   # what the pipeline hands to search: saturated, then extracted
+            graph = search.extract(rewrites.saturate(graph))
+        (match,) = _matches(graph)
+        assert match.output is next(iter(graph.outputs.values())) or match.norm is None
+        assert match.causal_offset == 0 and match.mask_value == -1e9
+        assert math.isclose(match.exp_scale, LOG2_E)
+        assert match.dims[2] == match.dims[3] == graph.inputs["q"].shape[-1]
+
+
+def test_offset_mask_and_decode_match() -> None:
+    fewer = _matches(attention_graph("fewer", ATTENTION_CASES["prefill_bf16_d64_fewer_queries_causal"]))
+    assert [m.causal_offset for m in fewer] == [130]           # key j hidden from query i where j > i + 130
+    (decode,) = _matches(attention_graph("decode", ATTENTION_CASES["decode_fp16_d128_1x300"]))
+    assert decode.dims == (1, 300, 128, 128) and decode.mask is None
+
+
+def test_a_score_that_reads_a_buffer_is_not_attention() -> None:
+    g = ts.Graph("biased")
+    q, k, v = (g.input(name, (1, 2, 64, 64), "float16") for name in "qkv")
+    bias = g.input("bias", (64, 64), "float32")
+    scores = (q @ k.transpose(-1, -2)).cast("float32") + bias
+    g.output("o", nn.softmax(scores, axis=-1).cast("float16") @ v)
+    assert _matches(g) == []
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_is_one_kernel(causal: bool) -> None:
+    for graph in (load_graph(EXAMPLE), attention_graph("a", (2, 4, 100, 100, 64, "float16", causal))):
+        for form in (graph, search.extract(rewrites.saturate(graph))):
+            program = partition(form)
+            assert [k.archetype for k in program.kernels] == ["attention"]
+            assert set(program.kernels[0].reads) == {"q", "k", "v"}
+
+
+def test_an_operand_that_is_computed_gets_a_kernel_of_its_own() -> None:
+    g = ts.Graph("cast_q")
+    q = g.input("q", (1, 2, 64, 64), "float32")
+    k, v = (g.input(name, (1, 2, 64, 64), "float16") for name in "kv")
+    g.output("o", nn.attention(q.cast("float16"), k, v, causal=True))
+    program = partition(g)
+    assert [k.archetype for k in program.kernels] == ["pointwise", "attention"]
+    g = ts.Graph("cast_q_and_o")             # the same with an epilogue: it stays in the attention kernel
+    q = g.input("q", (1, 2, 64, 64), "float32")
+    k, v = (g.input(name, (1, 2, 64, 64), "float16") for name in "kv")
+    g.output("o", nn.attention(q.cast("float16"), k, v, causal=True).cast("float32") * 2.0)
+    program = partition(g)
+    assert [k.archetype for k in program.kernels] == ["pointwise", "attention"]
+
+
+def test_keys_stored_transposed_fall_back_to_a_score_kernel() -> None:
+    g = ts.Graph("k_t")
+    q, v = (g.input(name, (1, 2, 64, 64), "float16") for name in "qv")
+    k_t = g.input("k_t", (1, 2, 64, 64), "float16")     # (batch, heads, d, keys): not contiguous along d
+    scores = ((q @ k_t) * 0.125).cast("float32")
+    g.output("o", nn.softmax(scores, axis=-1).cast("float16") @ v)
+    program = partition(g)
+    assert "attention" not in [k.archetype for k in program.kernels] and program.kernels[0].archetype == "matmul"
+
+
+def test_transformer_block_gets_an_attention_kernel_reading_strided_heads() -> None:
+    program = partition(load_graph(EXAMPLE.parent / "transformer_block.py"))
+    (kernel,) = [k for k in program.kernels if k.archetype == "attention"]
+    assert all(program.buffers[name].shape == (128, 256) for name in kernel.reads)   # the q, k, v projections
+    source = render_kernel(program, program.kernels.index(kernel)).source
+    assert "(b0) * 64 + (qi) * 256" in source        # head b0's columns of token qi's row
+
+
+@pytest.mark.parametrize("shape, axes, new", [((4, 6, 8), (0, 1, 2), (24, 8)), ((4, 6, 8), (1, 0, 2), (6, 32)),
+                                              ((4, 6, 8), (1, 0, 2), (6, 4, 2, 4)), ((4, 6, 8), (2, 1, 0), (8, 24)),
+                                              ((2, 1, 8), (0, 1, 2), (2, 8, 1)), ((3, 128), (0, 1), (3, 2, 64)),
+                                              ((4, 6, 8), (1, 0, 2), (2, 3, 4, 8))])
+def test_reshape_strides_agree_with_numpy_views(shape, axes, new) -> None:
+    base = np.zeros(shape, np.int8).transpose(axes)
+    try:
+        view = base.view()
+        view.shape = new                  # numpy refuses (AttributeError) exactly where no strides exist
+        expected = tuple(stride for stride in view.strides)
+    except AttributeError:
+        expected = None
+    strides = tuple(stride for stride in base.strides)
+    got = attention._reshape_strides(base.shape, strides, new)
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None and all(g == e for g, e, d in zip(got, expected, new) if d != 1)
+
+
+def test_head_dims_that_are_not_multiples_of_16_are_not_attention() -> None:
+    program = partition(attention_graph("d40", (1, 2, 64, 64, 40, "float16", False)))
+    assert "attention" not in [k.archetype for k in program.kernels]
+
+
+# ---- rendering and compilation -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", sorted(ATTENTION_CASES))
+def test_every_case_compiles_at_the_default_schedule(case: str) -> None:
+    program, kernel = attention_program(attention_graph(case, ATTENTION_CASES[case]), None)
+    assert [k.archetype for k in program.kernels] == ["attention"]
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90"))
+    assert "mma.sync.aligned.m16n8k16" in kernel.source and "ldmatrix" in kernel.source
+    assert kernel.shared_bytes == attention.shared_bytes(kernel.schedule["bq"], kernel.schedule["bkv"],
+                                                         *ATTENTION_CASES[case][4:5] * 2)
+    queries = ATTENTION_CASES[case][2]
+    assert ("SPLIT = 4;" in kernel.source) == (queries <= 16)      # decode where the queries are few
+    causal = ATTENTION_CASES[case][6]
+    skips = causal and queries > 1
+    assert ("past the causal diagonal skipped" in kernel.source) == skips
+    assert bool(re.search(r"const bool v\d+ =", kernel.source)) == causal     # the mask's comparison
+
+
+@pytest.mark.parametrize("schedule", ATTENTION_SCHEDULES, ids=lambda s: f"bq{s['bq']}_bkv{s['bkv']}")
+def test_every_schedule_point_compiles(schedule: dict[str, int]) -> None:
+    assert is_valid("attention", Schedule.of(**schedule))
+    graph = attention_graph("sched", ATTENTION_CASES["prefill_fp16_d128_100_causal"])
+    _, kernel = attention_program(graph, schedule)
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90"))
+    warps = 4 if schedule["bq"] == 16 else schedule["bq"] // 16
+    assert kernel.block == (32 * warps, 1, 1)
+    assert kernel.grid == (-(-100 // schedule["bq"]) * 4, 1, 1)
+    assert kernel.shared_bytes == attention.shared_bytes(schedule["bq"], schedule["bkv"], 128, 128)
+
+
+def test_head_dim_256_compiles_with_key_tiles_of_32() -> None:
+    _, kernel = attention_program(attention_graph("d256", (1, 2, 100, 100, 256, "bfloat16", True)), None)
+    assert kernel.schedule.as_dict() == {"bq": 64, "bkv": 32}
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90"))
+
+
+def test_z3_schedule_constraints_agree_with_codegen() -> None:
+    target = get_target("sm90")
+    for dims in ((64, 64), (128, 128), (256, 256), (128, 64)):
+        program = partition(attention_graph("z3", (1, 2, 100, 100, dims[0], "float16", True)))
+        kernel = program.kernels[0]
+        facts = kernel_facts(kernel, {n: b.shape for n, b in program.buffers.items()})
+        facts = type(facts)(**{**facts.__dict__, "head_dims": dims})
+        verdicts = {v.schedule: v.violated for v in feasible_schedules(facts, target)}
+        assert len(verdicts) == math.prod(len(values) for values in ARCHETYPES["attention"].values())
+        for schedule, violated in verdicts.items():   # the first constraint broken, in the order prune checks
+            expected = None
+            if attention.shared_bytes(schedule["bq"], schedule["bkv"], *dims) > target.shared_bytes_per_block:
+                expected = "dynamic shared memory"
+            elif attention.registers_per_thread(schedule["bkv"], *dims) > target.max_registers_per_thread:
+                expected = "registers per thread"
+            assert violated == expected, schedule
+
+
+def test_default_schedules_are_feasible() -> None:
+    target = get_target("sm90")
+    for case in ATTENTION_CASES.values():
+        for dim in (64, 128, 256):
+            _, kernel = attention_program(attention_graph("default", case[:4] + (dim,) + case[5:]), None)
+            bq, bkv = kernel.schedule["bq"], kernel.schedule["bkv"]
+            assert kernel.shared_bytes <= target.shared_bytes_per_block
+            assert attention.registers_per_thread(bkv, dim, dim) <= target.max_registers_per_thread
+            assert (bq == 16) == (case[2] <= 16 and dim <= 128)
+
+
+# ---- a numpy model of one warp -------------------------------------------------------------------------------
+# The fragment layouts below are those of the PTX ISA as tensor_core.cu.j2 documents them; the addresses and
+# index formulas are copied from attention.cu.j2. The model runs one warp (rows 0..15 of a block) through the
+# key tiles the way the template does and compares with numpy's softmax(Q K^T) V.
+
+def _ldmatrix_x4(smem: np.ndarray, address, trans: bool = False) -> np.ndarray:
+    """(32 lanes, 4 registers, 2 halves): lanes 8i..8i+7 address the rows of matrix i."""
+    regs = np.zeros((32, 4, 2))
+    for i in range(4):
+        matrix = np.array([smem[row, col:col + 8] for row, col in (address(lane) for lane in range(8 * i, 8 * i + 8))])
+        for lane in range(32):
+            g, t = lane // 4, lane % 4
+            regs[lane, i] = matrix[2 * t:2 * t + 2, g] if trans else matrix[g, 2 * t:2 * t + 2]
+    return regs
+
+
+def _mma_16816(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """c (32, 4) += a (32, 4, 2) @ b (32, 2, 2) in the m16n8k16 layouts."""
+    big_a, big_b, big_c = np.zeros((16, 16)), np.zeros((16, 8)), np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        big_a[g, 2 * t:2 * t + 2], big_a[g + 8, 2 * t:2 * t + 2] = a[lane, 0], a[lane, 1]
+        big_a[g, 8 + 2 * t:10 + 2 * t], big_a[g + 8, 8 + 2 * t:10 + 2 * t] = a[lane, 2], a[lane, 3]
+        big_b[2 * t:2 * t + 2, g], big_b[8 + 2 * t:10 + 2 * t, g] = b[lane, 0], b[lane, 1]
+        big_c[g, 2 * t:2 * t + 2], big_c[g + 8, 2 * t:2 * t + 2] = c[lane, 0:2], c[lane, 2:4]
+    d = big_a @ big_b + big_c
+    out = np.zeros((32, 4))
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        out[lane, 0:2], out[lane, 2:4] = d[g, 2 * t:2 * t + 2], d[g + 8, 2 * t:2 * t + 2]
+    return out
+
+
+def _quad(values: np.ndarray, combine) -> np.ndarray:
+    """__shfl_xor_sync with 1, then 2: each lane combines the values of its quad."""
+    lanes = np.arange(32)
+    values = combine(values, values[lanes ^ 1])
+    return combine(values, values[lanes ^ 2])
+
+
+def _warp_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bkv: int, tk: int, scale: float) -> np.ndarray:
+    """One warp of the template on 16 query rows: O (16, DV) before the epilogue, i.e. acc / l_row."""
+    dqk, dv = q.shape[1], v.shape[1]
+    pad = attention.PAD
+    s_q = np.zeros((16, dqk + pad))
+    s_q[:, :dqk] = q
+    ns, no, kq_steps = bkv // 8, dv // 8, dqk // 16
+    row0 = 0
+    r_q = [_ldmatrix_x4(s_q, lambda lane: (row0 + lane % 16, kq * 16 + lane // 16 * 8)) for kq in range(kq_steps)]
+    r_o = np.zeros((no, 32, 4))
+    r_m, r_l = np.full((2, 32), -np.inf), np.zeros((2, 32))
+    lanes = np.arange(32)
+    for tile in range(-(-tk // bkv)):
+        k0 = tile * bkv
+        s_k, s_v = np.zeros((bkv, dqk + pad)), np.zeros((bkv, dv + pad))
+        rows = min(bkv, tk - k0)                   # rows past the last key stay zero (cp.async zero-fill)
+        s_k[:rows, :dqk], s_v[:rows, :dv] = k[k0:k0 + rows], v[k0:k0 + rows]
+        r_s = np.zeros((ns, 32, 4))
+        for kq in range(kq_steps):
+            for n in range(0, ns, 2):
+                b = _ldmatrix_x4(s_k, lambda lane: (n * 8 + lane % 8 + lane // 16 * 8, kq * 16 + lane // 8 % 2 * 8))
+                r_s[n] = _mma_16816(r_s[n], r_q[kq], b[:, 0:2])
+                r_s[n + 1] = _mma_16816(r_s[n + 1], r_q[kq], b[:, 2:4])
+        for n in range(ns):          # the score function is the identity here; keys past the last one: -inf
+            for e in range(4):
+                kj = k0 + n * 8 + lanes % 4 * 2 + e % 2
+                r_s[n, :, e] = np.where(kj < tk, r_s[n, :, e], -np.inf)
+        for h in range(2):
+            tile_max = _quad(np.max(r_s[:, :, 2 * h:2 * h + 2], axis=(0, 2)), np.maximum)
+            m_new = np.maximum(r_m[h], tile_max)
+            m_use = np.where(m_new == -np.inf, 0.0, m_new)
+            rescale = np.exp2((r_m[h] - m_use) * scale)
+            r_m[h], r_l[h] = m_new, r_l[h] * rescale
+            r_o[:, :, 2 * h:2 * h + 2] *= rescale[None, :, None]
+            r_s[:, :, 2 * h:2 * h + 2] = np.exp2((r_s[:, :, 2 * h:2 * h + 2] - m_use[None, :, None]) * scale)
+            r_l[h] += r_s[:, :, 2 * h:2 * h + 2].sum(axis=(0, 2))
+        for j in range(ns // 2):
+            a = np.stack([r_s[2 * j][:, 0:2], r_s[2 * j][:, 2:4], r_s[2 * j + 1][:, 0:2], r_s[2 * j + 1][:, 2:4]], axis=1)
+            for d in range(0, no, 2):
+                b = _ldmatrix_x4(s_v, lambda lane: (j * 16 + lane % 16, d * 8 + lane // 16 * 8), trans=True)
+                r_o[d] = _mma_16816(r_o[d], a, b[:, 0:2])
+                r_o[d + 1] = _mma_16816(r_o[d + 1], a, b[:, 2:4])
+    s_o, s_sum = np.zeros((16, dv + 8)), np.zeros(16)     # staging, as the template writes it
+    for h in range(2):
+        r_l[h] = _quad(r_l[h], np.add)
+        row = row0 + lanes // 4 + h * 8
+        for d in range(no):
+            s_o[row, d * 8 + lanes % 4 * 2] = r_o[d, :, 2 * h]
+            s_o[row, d * 8 + lanes % 4 * 2 + 1] = r_o[d, :, 2 * h + 1]
+        s_sum[row[lanes % 4 == 0]] = r_l[h][lanes % 4 == 0]
+    return s_o[:, :dv] / s_sum[:, None]
+
+
+@pytest.mark.parametrize("dims", [(32, 32, 32, 64), (64, 32, 16, 40), (16, 48, 64, 77)],
+                         ids=["one_tile", "three_tiles_ragged", "ragged_dv"])
+def test_fragment_model_of_one_warp_computes_softmax_qk_v(dims: tuple[int, int, int, int]) -> None:
+    dqk, dv, bkv, tk = dims
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((16, dqk)), rng.standard_normal((tk, dqk)), rng.standard_normal((tk, dv))
+    scale = LOG2_E / math.sqrt(dqk)
+    scores = (q @ k.T) * scale
+    p = np.exp2(scores - scores.max(axis=1, keepdims=True))
+    expected = (p / p.sum(axis=1, keepdims=True)) @ v
+    np.testing.assert_allclose(_warp_attention(q, k, v, bkv, tk, scale), expected, rtol=1e-9, atol=1e-12)
+
+
+def test_fragment_model_score_indices_are_the_lanes_accumulators() -> None:
+    """The (qi, kj) the template gives accumulator e of score tile n of a lane hold exactly that dot product."""
+    rng = np.random.default_rng(1)
+    q, k = rng.standard_normal((16, 32)), rng.standard_normal((32, 32))
+    s_q, s_k = np.zeros((16, 40)), np.zeros((32, 40))
+    s_q[:, :32], s_k[:, :32] = q, k
+    r_s = np.zeros((4, 32, 4))
+    for kq in range(2):
+        a = _ldmatrix_x4(s_q, lambda lane: (lane % 16, kq * 16 + lane // 16 * 8))
+        for n in (0, 2):
+            b = _ldmatrix_x4(s_k, lambda lane: (n * 8 + lane % 8 + lane // 16 * 8, kq * 16 + lane // 8 % 2 * 8))
+            r_s[n], r_s[n + 1] = _mma_16816(r_s[n], a, b[:, 0:2]), _mma_16816(r_s[n + 1], a, b[:, 2:4])
+    for n, lane, e in itertools.product(range(4), range(32), range(4)):
+        qi, kj = lane // 4 + e // 2 * 8, n * 8 + lane % 4 * 2 + e % 2
+        assert math.isclose(r_s[n, lane, e], q[qi] @ k[kj], rel_tol=1e-12, abs_tol=1e-12)

@@ -1,0 +1,89 @@
+"""On the GPU: the attention archetype, for every case at its default schedule and for every schedule point, and
+compiled whole (examples/attention.py, nn.attention), matches the reference interpreter on fresh random inputs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorsmith as ts
+from attention_cases import ATTENTION_CASES, ATTENTION_SCHEDULES, attention_graph, attention_program
+from tensorsmith.codegen import runtime
+from tensorsmith.codegen.nvrtc import compile_cubin
+from tensorsmith.executor import from_device_layout, to_device_layout
+from tensorsmith.ir.dtypes import numpy_dtype
+from tensorsmith.model_loader import load_graph
+from tensorsmith.search.verify import compare, random_inputs, relative_l2
+
+pytestmark = pytest.mark.gpu
+EXAMPLE = Path(__file__).parents[2] / "examples" / "attention.py"
+
+
+def _run_attention_kernel(graph: ts.Graph, schedule: dict[str, int] | None,
+                          inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The graph's one attention kernel launched by itself on poisoned (NaN) output memory."""
+    program, kernel = attention_program(graph, schedule)
+    assert [k.archetype for k in program.kernels] == ["attention"], "one kernel: the attention"
+    function = runtime.Module(compile_cubin(kernel.source, kernel.name, arch="sm_90")).function(kernel.name)
+    buffers = {}
+    for name, buf in program.buffers.items():
+        buffers[name] = runtime.DeviceBuffer(buf.nbytes)
+        if buf.role == "input":
+            buffers[name].upload(to_device_layout(inputs[name], buf.dtype))
+        else:
+            buffers[name].fill_bytes(0xFF)   # NaN: an element the kernel does not write fails the check
+    runtime.launch(function, kernel.grid, kernel.block, [buffers[p] for p in kernel.params], kernel.shared_bytes,
+                   sync=True)
+    (out,) = program.outputs.values()
+    buf = program.buffers[out]
+    return from_device_layout(buffers[out].download(buf.shape, numpy_dtype(buf.dtype)), buf.dtype)
+
+
+def _check_kernel(graph: ts.Graph, schedule: dict[str, int] | None) -> None:
+    for draw in range(2):   # fresh inputs: the kernel computes the function, not one answer
+        inputs = random_inputs(graph, seed=300 + draw)
+        out = _run_attention_kernel(graph, schedule, inputs)
+        reference = ts.evaluate(graph, inputs)["o"]
+        assert not np.isnan(out).any(), "unwritten (poisoned) elements"
+        error = relative_l2(out, reference)
+        assert error < 1e-2, f"relative L2 error {error:.3g}"
+
+
+@pytest.mark.parametrize("case", sorted(ATTENTION_CASES))
+def test_attention_matches_reference(case: str) -> None:
+    _check_kernel(attention_graph(case, ATTENTION_CASES[case]), None)
+
+
+@pytest.mark.parametrize("schedule", ATTENTION_SCHEDULES, ids=lambda s: f"bq{s['bq']}_bkv{s['bkv']}")
+@pytest.mark.parametrize("case", ["prefill_fp16_d128_100_causal", "prefill_bf16_d128_77",
+                                  "decode_fp16_d128_1x300_causal", "decode_bf16_d64_5x1000_causal"])
+def test_every_schedule_point_matches_reference(case: str, schedule: dict[str, int]) -> None:
+    _check_kernel(attention_graph(case, ATTENTION_CASES[case]), schedule)
+
+
+def test_head_dim_256_matches_reference() -> None:
+    _check_kernel(attention_graph("d256", (1, 2, 100, 100, 256, "bfloat16", True)), None)
+
+
+def test_scores_far_apart_stay_finite() -> None:
+    """Inputs 8 times larger (scores spread over tens, nearly one-hot rows) exercise the running max."""
+    graph = attention_graph("large", ATTENTION_CASES["prefill_fp16_d64_128_causal"])
+    inputs = {name: (array * 8).astype(array.dtype) for name, array in random_inputs(graph, seed=7).items()}
+    out = _run_attention_kernel(graph, None, inputs)
+    assert relative_l2(out, ts.evaluate(graph, inputs)["o"]) < 1e-2
+
+
+@pytest.mark.parametrize("graph", [lambda: load_graph(EXAMPLE),
+                                   lambda: attention_graph("causal", ATTENTION_CASES["prefill_fp16_d128_100_causal"]),
+                                   lambda: attention_graph("decode", ATTENTION_CASES["decode_bf16_d64_5x1000_causal"])],
+                         ids=["example", "causal_prefill", "decode"])
+def test_compiled_program_is_one_attention_kernel_and_matches_reference(graph) -> None:
+    graph = graph()
+    program = ts.compile(graph, profile=False, cache=False, budget_s=30)
+    assert [k.archetype for k in program.kernels] == ["attention"]
+    for draw in range(2):
+        inputs = random_inputs(graph, seed=1234 + draw)
+        outputs = program(device="cuda", **inputs)
+        for check in compare(graph, outputs, ts.evaluate(graph, inputs)):
+            assert check.ok, f"{graph.name}.{check.output}: relative L2 {check.error:.3g} > {check.tolerance:g}"
