@@ -47,10 +47,11 @@ extern "C" __global__ void faulting(const float* __restrict__ g_x, float* __rest
   if (i < N) *bad = g_x[i];
 }
 
-// Spins for ever: the flag is volatile, so the compiler must read it on every trip and keeps the loop.
+// Spins for ever (2^62 clocks): clock64() is volatile, so the compiler must keep the loop. (A loop on a
+// volatile local was measured to finish on the H200: the compiler may drop it.)
 extern "C" __global__ void spinning(const float* __restrict__ g_x, float* __restrict__ g_y) {
-  volatile int spin = 1;
-  while (spin) {}
+  const long long start = clock64();
+  while (clock64() - start < (1ll << 62)) {}
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < N) g_y[i] = g_x[i];
 }
@@ -99,7 +100,7 @@ def test_a_faulting_and_a_hanging_kernel_are_reported_and_measuring_goes_on(cubi
 
 
 FAULT = "{ *reinterpret_cast<volatile float*>(8) = 1.0f; }"
-SPIN = "{ volatile int spin = 1; while (spin) {} }"
+SPIN = "{ const long long start = clock64(); while (clock64() - start < (1ll << 62)) {} }"
 
 
 def sabotaged(source: str, statement: str) -> str:
