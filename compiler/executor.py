@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+VECTOR_ALIGNMENT = 16   # bytes: the kernels' widest access (cudaMalloc'd and torch/cupy arrays start aligned)
 POISON_BYTE = 0xFF   # NaN in every float dtype: an element the kernels never write cannot pass a check
 Profile = tuple[dict[str, np.ndarray], list[float], float]   # outputs, each kernel's median ms, the program's
 
@@ -311,20 +312,29 @@ def _allocate_like(example: object, shape: tuple[int, ...], dtype: DType) -> obj
 
 
 def run_on_device_arrays(program: Program, inputs: dict[str, object]) -> dict[str, object]:
-    """Launch the kernels on the caller's GPU arrays; outputs come back in the caller's framework, uncopied."""
+    """Launch the kernels on the caller's GPU arrays; outputs come back in the caller's framework, uncopied.
+
+    An input whose address is not 16-byte aligned (a view at an odd offset) is copied first: the kernels read
+    16 bytes at a time."""
     pointers: dict[str, int] = {}
-    for name in program.inputs:
-        ptr, shape, dtype, contiguous = _describe(inputs[name])
-        buf = program.buffers[name]
-        if shape != buf.shape or dtype != buf.dtype or not contiguous:
-            raise InputError(f"input {name!r}: expected a contiguous {buf.dtype} array of shape {buf.shape}, got "
-                             f"{dtype or 'an unsupported dtype'} of shape {shape}{'' if contiguous else ' (strided)'}")
-        pointers[name] = ptr
-    example = inputs[program.inputs[0]]
-    outputs = {name: _allocate_like(example, program.buffers[name].shape, program.buffers[name].dtype)
-               for name in program.outputs}
-    pointers.update({name: _describe(array)[0] for name, array in outputs.items()})
     with ExitStack() as stack:
+        for name in program.inputs:
+            ptr, shape, dtype, contiguous = _describe(inputs[name])
+            buf = program.buffers[name]
+            if shape != buf.shape or dtype != buf.dtype or not contiguous:
+                raise InputError(f"input {name!r}: expected a contiguous {buf.dtype} array of shape {buf.shape}, got "
+                                 f"{dtype or 'an unsupported dtype'} of shape {shape}"
+                                 f"{'' if contiguous else ' (strided)'}")
+            if ptr % VECTOR_ALIGNMENT:
+                aligned = stack.enter_context(runtime.DeviceBuffer(buf.nbytes))
+                runtime.synchronize()     # the caller's framework may still be writing it
+                aligned.copy_from(ptr, buf.nbytes)
+                ptr = aligned.ptr
+            pointers[name] = ptr
+        example = inputs[program.inputs[0]]
+        outputs = {name: _allocate_like(example, program.buffers[name].shape, program.buffers[name].dtype)
+                   for name in program.outputs}
+        pointers.update({name: _describe(array)[0] for name, array in outputs.items()})
         session = Session(program, stack, borrowed=pointers)
         runtime.synchronize()     # the caller's framework may still be writing the inputs
         session.run_all()

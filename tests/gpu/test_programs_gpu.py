@@ -77,3 +77,21 @@ def test_gpu_array_of_the_wrong_dtype_is_named() -> None:
     program = ts.compile(graph, profile=False)
     with pytest.raises(ts.InputError, match="input 'x': expected a contiguous float16 array of shape"):
         program(x=torch.zeros((6, 10, 7), dtype=torch.float32, device="cuda"))
+
+
+def test_a_torch_view_at_an_odd_offset_is_copied_before_16_byte_loads_read_it() -> None:
+    torch = pytest.importorskip("torch")
+    graph = CASES["norms"]()
+    program = ts.compile(graph, profile=False)
+    inputs = random_inputs(graph, seed=22)
+    on_gpu = {}
+    for name, array in inputs.items():
+        flat = torch.from_numpy(array).cuda().flatten()
+        padded = torch.empty(flat.numel() + 1, dtype=flat.dtype, device="cuda")
+        padded[1:] = flat
+        on_gpu[name] = padded[1:].view(array.shape)      # starts one element past an aligned address
+        assert on_gpu[name].data_ptr() % 16 != 0
+    outputs = program(**on_gpu)
+    host = {k: v.cpu().float().numpy() for k, v in outputs.items()}
+    for check in compare(graph, host, ts.evaluate(graph, inputs)):
+        assert check.ok, check
