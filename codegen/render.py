@@ -170,7 +170,8 @@ def _pointwise_vector_loads(emitter: Emitter, accesses: list[tuple[Node, tuple[s
     for node, index in accesses:
         key = (node.arg, index)
         shape = emitter.buffer_shapes[node.arg]
-        if key in loaded or index[-1] != "k" or any(_K.search(part) for part in index[:-1]) or shape[-1] % vec:
+        if (key in loaded or not index or index[-1] != "k" or any(_K.search(part) for part in index[:-1])
+                or shape[-1] % vec):   # a scalar, or not along the output's last axis: read by the emitter
             continue
         array = f"r_{node.arg}{len(loaded)}"
         offset = linear_index(index[:-1] + (coords[-1],), shape)
