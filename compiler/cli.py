@@ -73,7 +73,7 @@ def compile_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _guarded(args: argparse.Namespace, command) -> int:
-    """Run `command`; a tensorsmith error becomes one line on stderr, a traceback only with --debug."""
+    """Run `command`; any error becomes one line on stderr (a traceback only with --debug)."""
     try:
         return command(args)
     except TensorsmithError as err:
@@ -84,6 +84,12 @@ def _guarded(args: argparse.Namespace, command) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as err:   # a bug in tensorsmith itself: say so in one line, the traceback with --debug
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: internal error, {type(err).__name__}: {err} (a tensorsmith bug; run again with --debug "
+              f"for the traceback and report it)", file=sys.stderr)
+        return FAILURE
 
 
 def _is_internal(err: TensorsmithError) -> bool:

@@ -155,6 +155,26 @@ def test_an_nvrtc_failure_is_reported_with_the_source_saved(tmp_path: Path, monk
     assert not out.exists()
 
 
+def test_an_internal_error_is_one_line_exit_1_and_no_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from tensorsmith import pipeline
+
+    def broken(program, version=""):   # a compiler bug, as the H200 once met in render: a plain IndexError
+        raise IndexError("tuple index out of range")
+
+    monkeypatch.setattr(pipeline, "render_program", broken)
+    out = tmp_path / "out"
+    assert main(["compile", str(ROOT / "examples" / "softmax.py"), "-o", str(out), "--no-profile", "--no-cache",
+                 "-q"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "error: internal error, IndexError: tuple index out of range (a tensorsmith bug" in err
+    assert not out.exists()
+    assert main(["compile", str(ROOT / "examples" / "softmax.py"), "-o", str(out), "--no-profile", "--no-cache",
+                 "--debug"]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
 def test_rewrites_prints_fired_rules_and_writes_graphviz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dot = tmp_path / "egraph.dot"
     assert main(["rewrites", str(ROOT / "examples" / "rmsnorm.py"), "--dot", str(dot)]) == 0
