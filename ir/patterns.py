@@ -1,8 +1,9 @@
-"""Structural patterns that several stages recognise: today, a matrix product written as sum(a * b)."""
+"""Structural patterns that several stages recognise: a matrix product written as sum(a * b), and attention."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from .dtypes import DType
 from .node import Node, toposort
@@ -36,15 +37,21 @@ def match_matmul(node: Node) -> MatmulMatch | None:
 
     `tensorsmith.nn.matmul` lowers a @ b to exactly this: SUM(MUL(EXPAND(a'), EXPAND(b')), axis=-2).
     """
+    return _matmul(node, _constant_along, casts=False)
+
+
+def _matmul(node: Node, constant_along: Callable[[Node, int], bool], casts: bool) -> MatmulMatch | None:
+    """sum(a * b) over axis -2 where `constant_along` says a is constant along N and b along M; with
+    `casts`, float casts between the operands and the product are looked through."""
     if node.op != Op.SUM or node.srcs[0].op != Op.MUL:
         return None
     product = node.srcs[0]
     rank = product.ndim
     if rank < 3 or node.arg != rank - 2:
         return None
-    a, b = product.srcs
+    a, b = (_strip_casts(src) for src in product.srcs) if casts else product.srcs
     for lhs, rhs in ((a, b), (b, a)):
-        if _constant_along(lhs, rank - 1) and _constant_along(rhs, rank - 3):
+        if constant_along(lhs, rank - 1) and constant_along(rhs, rank - 3):
             return MatmulMatch(node, lhs, rhs)
     return None
 
@@ -152,17 +159,7 @@ def _product_operands(node: Node) -> tuple[Node, Node] | None:
 def _loose_matmul(node: Node, casts: bool = False) -> MatmulMatch | None:
     """Like `match_matmul`, but an operand is also constant along an axis of size 1 (a single query) whatever
     it is, and with `casts` float casts between the operands and the product are looked through."""
-    if node.op != Op.SUM or node.srcs[0].op != Op.MUL:
-        return None
-    product = node.srcs[0]
-    rank = product.ndim
-    if rank < 3 or node.arg != rank - 2:
-        return None
-    a, b = (_strip_casts(src) for src in product.srcs) if casts else product.srcs
-    for lhs, rhs in ((a, b), (b, a)):
-        if _broadcast_along(lhs, rank - 1) and _broadcast_along(rhs, rank - 3):
-            return MatmulMatch(node, lhs, rhs)
-    return None
+    return _matmul(node, _broadcast_along, casts)
 
 
 def _broadcast_along(node: Node, axis: int) -> bool:

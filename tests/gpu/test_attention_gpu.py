@@ -9,10 +9,7 @@ import pytest
 
 import tensorsmith as ts
 from attention_cases import ATTENTION_CASES, ATTENTION_SCHEDULES, attention_graph, attention_program
-from tensorsmith.codegen import runtime
-from tensorsmith.codegen.nvrtc import compile_cubin
-from tensorsmith.executor import from_device_layout, to_device_layout
-from tensorsmith.ir.dtypes import numpy_dtype
+from kernel_launch import run_rendered
 from tensorsmith.model_loader import load_graph
 from tensorsmith.search.verify import compare, random_inputs, relative_l2
 
@@ -25,19 +22,7 @@ def _run_attention_kernel(graph: ts.Graph, schedule: dict[str, int] | None,
     """The graph's one attention kernel launched by itself on poisoned (NaN) output memory."""
     program, kernel = attention_program(graph, schedule)
     assert [k.archetype for k in program.kernels] == ["attention"], "one kernel: the attention"
-    function = runtime.Module(compile_cubin(kernel.source, kernel.name, arch="sm_90")).function(kernel.name)
-    buffers = {}
-    for name, buf in program.buffers.items():
-        buffers[name] = runtime.DeviceBuffer(buf.nbytes)
-        if buf.role == "input":
-            buffers[name].upload(to_device_layout(inputs[name], buf.dtype))
-        else:
-            buffers[name].fill_bytes(0xFF)   # NaN: an element the kernel does not write fails the check
-    runtime.launch(function, kernel.grid, kernel.block, [buffers[p] for p in kernel.params], kernel.shared_bytes,
-                   sync=True)
-    (out,) = program.outputs.values()
-    buf = program.buffers[out]
-    return from_device_layout(buffers[out].download(buf.shape, numpy_dtype(buf.dtype)), buf.dtype)
+    return run_rendered(program, [kernel], inputs)["o"]
 
 
 def _check_kernel(graph: ts.Graph, schedule: dict[str, int] | None) -> None:

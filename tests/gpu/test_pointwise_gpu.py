@@ -4,41 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 import tensorsmith as ts
+from kernel_launch import run_rendered
 from pointwise_cases import POINTWISE_CASES
-from tensorsmith.codegen import runtime
-from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.codegen.render import render_program
-from tensorsmith.executor import from_device_layout, to_device_layout
-from tensorsmith.ir.dtypes import numpy_dtype
-from tensorsmith.ir.kernel_program import KernelProgram, Schedule
+from tensorsmith.ir.kernel_program import Schedule
 from tensorsmith.search.partition import partition
 from tensorsmith.search.verify import compare, random_inputs
 
 pytestmark = pytest.mark.gpu
 
-
-def _run_kernels(program: KernelProgram, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every kernel of `program` launched in order on poisoned (0xFF) outputs; the graph's outputs back on the host."""
-    buffers = {}
-    for name, buf in program.buffers.items():
-        buffers[name] = runtime.DeviceBuffer(buf.nbytes)
-        if buf.role == "input":
-            buffers[name].upload(to_device_layout(inputs[name], buf.dtype))
-        else:
-            buffers[name].fill_bytes(0xFF)   # NaN (or -1, or 255 as bool): an element never written fails the check
-    for kernel in render_program(program):
-        function = runtime.Module(compile_cubin(kernel.source, kernel.name, arch="sm_90")).function(kernel.name)
-        runtime.launch(function, kernel.grid, kernel.block, [buffers[p] for p in kernel.params], kernel.shared_bytes,
-                       sync=True)
-    outputs = {}
-    for out, name in program.outputs.items():
-        buf = program.buffers[name]
-        outputs[out] = from_device_layout(buffers[name].download(buf.shape, numpy_dtype(buf.dtype)), buf.dtype)
-    return outputs
 
 
 @pytest.mark.parametrize("vec", [1, 2, 4, 8])
@@ -53,7 +30,7 @@ def test_pointwise_kernels_match_the_reference_at_every_vector_width(case: str, 
     program = dataclasses.replace(program, kernels=kernels)
     for draw in range(2):   # fresh inputs: the kernels compute the function, not one answer
         inputs = random_inputs(graph, seed=300 + draw)
-        for check in compare(graph, _run_kernels(program, inputs), ts.evaluate(graph, inputs)):
+        for check in compare(graph, run_rendered(program, render_program(program), inputs), ts.evaluate(graph, inputs)):
             assert check.ok, f"{graph.name}.{check.output} at vec={vec}: relative L2 {check.error:.3g}"
 
 

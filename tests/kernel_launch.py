@@ -1,0 +1,37 @@
+"""Rendered kernels launched by themselves on the GPU, for the archetype tests: poisoned outputs, host results."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tensorsmith.codegen import runtime
+from tensorsmith.codegen.nvrtc import compile_cubin
+from tensorsmith.codegen.render import RenderedKernel
+from tensorsmith.executor import from_device_layout, to_device_layout
+from tensorsmith.ir.dtypes import numpy_dtype
+from tensorsmith.ir.kernel_program import KernelProgram
+
+POISON = 0xFF   # NaN in every float dtype (-1 as int32, 255 as bool): an element never written fails a check
+
+
+def run_rendered(program: KernelProgram, kernels: Sequence[RenderedKernel],
+                 inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`kernels` launched in order on fresh device buffers, every non-input poisoned; outputs by graph name."""
+    buffers = {}
+    for name, buf in program.buffers.items():
+        buffers[name] = runtime.DeviceBuffer(buf.nbytes)
+        if buf.role == "input":
+            buffers[name].upload(to_device_layout(inputs[name], buf.dtype))
+        else:
+            buffers[name].fill_bytes(POISON)
+    for kernel in kernels:
+        cubin = compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90")
+        function = runtime.Module(cubin).function(kernel.name)
+        runtime.launch(function, kernel.grid, kernel.block, [buffers[p] for p in kernel.params], kernel.shared_bytes,
+                       sync=True)
+    outputs = {}
+    for out, name in program.outputs.items():
+        buf = program.buffers[name]
+        outputs[out] = from_device_layout(buffers[name].download(buf.shape, numpy_dtype(buf.dtype)), buf.dtype)
+    return outputs
