@@ -29,6 +29,10 @@ class Target:
     dram_latency_s: float = 600e-9      # a global load that misses the caches (estimate)
     cache_latency_s: float = 200e-9     # a load that hits L2 (estimate)
     tensor_flops: float = 790e12        # fp16/bf16 matmul on tensor cores (measured ~790 TFLOP/s bf16, H200)
+    # What our own tensor-core kernels reach at best (H200, fp16, 2026-11-29): mma.sync 295 TFLOP/s at 4096^3,
+    # wgmma 465 TFLOP/s at 4096 x 4096 x 11008; the cost model prices our kernels, not cuBLAS's.
+    mma_sync_flops: float = 300e12
+    wgmma_flops: float = 470e12
     launch_s: float = 3e-6              # one launch and its gap on the stream (measured ~4 us with events, H200)
 
 
@@ -36,7 +40,8 @@ TARGETS: dict[str, Target] = {
     # H200 figures measured on this project's lent H200 (device copy 4.3 TB/s); FP32 from the datasheet.
     "sm90": Target("sm90", "sm_90", "NVIDIA Hopper (H100, H200)", 132, 227 * 1024, 60 * 2**20, 4.3e12, 67e12),
     "sm80": Target("sm80", "sm_80", "NVIDIA Ampere (A100)", 108, 163 * 1024, 40 * 2**20, 1.9e12, 19.5e12,
-                   shared_bytes_per_sm=164 * 1024, l2_bytes_per_s=5e12, tensor_flops=312e12),
+                   shared_bytes_per_sm=164 * 1024, l2_bytes_per_s=5e12, tensor_flops=312e12,
+                   mma_sync_flops=220e12, wgmma_flops=0.0),   # mma.sync: an estimate (70%), not measured
 }
 
 

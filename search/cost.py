@@ -37,6 +37,7 @@ WARP = 32
 BASE_REGISTERS = 32            # what a kernel needs before any row is cached in registers
 STRIDED_UNROLL = 4             # loads in flight per thread in a strided loop (the compiler unrolls ~4 deep)
 ALU_WARPS = 16                 # warps per SM that keep the FP32 pipes busy
+TENSOR_WARPS = 8               # and the tensor cores (mma.sync 4096^3 on the H200: 8 warps 278 TFLOP/s, 16 warps 295)
 REDUCE_SYNC_S = 80e-9          # warp shuffles of one row reduction
 BLOCK_SYNC_S = 120e-9          # and, past one warp, the shared-memory exchange with two barriers
 VECTOR_BYTES = 16              # the widest load
@@ -129,8 +130,9 @@ def kernel_cost(kernel: Kernel, program: KernelProgram, target: Target) -> Kerne
         share = blocks_in_wave / blocks / busy          # this wave's share of the kernel, per busy SM
         sm_bandwidth = min(target.hbm_bytes_per_s / target.sm_count,
                            resident * warps * in_flight_per_warp / target.dram_latency_s)
-        rate = target.tensor_flops if kernel.archetype in ("matmul", "attention") else target.fp32_flops
-        alu = rate / target.sm_count * min(1.0, resident * warps / ALU_WARPS)
+        rate, busy_warps = {"wgmma": (target.wgmma_flops, TENSOR_WARPS), "mma": (target.mma_sync_flops, TENSOR_WARPS),
+                            "cuda": (target.fp32_flops, ALU_WARPS)}[geometry.engine]
+        alu = rate / target.sm_count * min(1.0, resident * warps / busy_warps)
         times = {"dram": dram * share / sm_bandwidth,
                  "cache": cache * share / (target.l2_bytes_per_s / target.sm_count),
                  "compute": work.flops * share / alu,
@@ -155,6 +157,7 @@ class Geometry:
     access_bytes: int         # bytes per thread per load
     loads_in_flight: int      # independent loads a thread has outstanding
     row_iterations: int       # strided-loop trips per thread per pass (1 for pointwise)
+    engine: str = "cuda"      # what does the arithmetic: "cuda" cores, "mma" (mma.sync) or "wgmma" tensor cores
 
 
 def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: Schedule) -> Geometry:
@@ -172,7 +175,7 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
         threads, bk = launch["block"][0], params["bk"]
         tile_loads = params["stages"] * params["bm"] * bk // threads   # elements in flight per thread
         return Geometry(math.prod(launch["grid"]), threads, launch["shared_bytes"], MMA_BYTES, max(1, tile_loads),
-                        -(-launch["kdim"] // bk))
+                        -(-launch["kdim"] // bk), "wgmma" if launch.get("template") == "matmul_wgmma" else "mma")
     if kernel.archetype == "attention":   # 16-byte copies of K and V tiles; a block walks its key tiles in turn
         match = _attention_of(kernel)
         _, _, dqk, dv = match.dims
@@ -181,7 +184,7 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
         copies = params["bkv"] * (dqk + dv) // 8 // (WARP * warps // split)
         return Geometry(len(tiles) * math.prod(match.batch_shape), WARP * warps,
                         attention.shared_bytes(params["bq"], params["bkv"], dqk, dv), 16, max(1, copies),
-                        -(-max(tiles) // split))
+                        -(-max(tiles) // split), "mma")
     plan = row_plan(kernel)
     rows = max(1, math.prod(plan.row_shape))
     row_threads, block, vec = params["row_threads"], params["block"], params.get("vec", 1)
@@ -322,7 +325,7 @@ def _attention_work(kernel: Kernel, schedule: Schedule, program: KernelProgram, 
     batches = math.prod(match.batch_shape)
     tiles = sum(_attention_key_tiles(match, bq, bkv))
     scores = float(batches * tiles * bq * bkv)
-    flops = 2.0 * scores * (dqk + dv) + scores * ATTENTION_SCORE_FLOPS * target.tensor_flops / target.fp32_flops
+    flops = 2.0 * scores * (dqk + dv) + scores * ATTENTION_SCORE_FLOPS * target.mma_sync_flops / target.fp32_flops
     rereads = batches * tiles * bkv * (dqk + dv) * MMA_BYTES
     cache = max(0.0, rereads - sum(program.buffers[name].nbytes for name in kernel.reads))
     return Work(flops, (), 1, 0), cache
