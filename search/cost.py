@@ -37,6 +37,9 @@ WARP = 32
 BASE_REGISTERS = 32            # what a kernel needs before any row is cached in registers
 STRIDED_UNROLL = 4             # loads in flight per thread in a strided loop (the compiler unrolls ~4 deep)
 ALU_WARPS = 16                 # warps per SM that keep the FP32 pipes busy
+ATTENTION_STEP_S = 0.4e-6     # one key tile's fixed cost in its block: barriers, the wait for its copies, the
+                               # online softmax's rescale (fitted to 18 schedules measured on the H200, see
+                               # tests/search/test_cost_calibration.py)
 TENSOR_WARPS = 8               # and the tensor cores (mma.sync 4096^3 on the H200: 8 warps 278 TFLOP/s, 16 warps 295)
 REDUCE_SYNC_S = 80e-9          # warp shuffles of one row reduction
 BLOCK_SYNC_S = 120e-9          # and, past one warp, the shared-memory exchange with two barriers
@@ -135,7 +138,7 @@ def kernel_cost(kernel: Kernel, program: KernelProgram, target: Target) -> Kerne
         alu = rate / target.sm_count * min(1.0, resident * warps / busy_warps)
         times = {"dram": dram * share / sm_bandwidth,
                  "cache": cache * share / (target.l2_bytes_per_s / target.sm_count),
-                 "compute": work.flops * share / alu,
+                 "compute": work.flops * share / alu + geometry.tile_steps * share * ATTENTION_STEP_S / resident,
                  "latency": critical}
         bound = max(times, key=times.__getitem__)
         return times[bound], bound
@@ -158,6 +161,7 @@ class Geometry:
     loads_in_flight: int      # independent loads a thread has outstanding
     row_iterations: int       # strided-loop trips per thread per pass (1 for pointwise)
     engine: str = "cuda"      # what does the arithmetic: "cuda" cores, "mma" (mma.sync) or "wgmma" tensor cores
+    tile_steps: float = 0.0   # attention: key-tile steps of all blocks, each with a fixed cost in its block
 
 
 def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: Schedule) -> Geometry:
@@ -184,7 +188,7 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
         copies = params["bkv"] * (dqk + dv) // 8 // (WARP * warps // split)
         return Geometry(len(tiles) * math.prod(match.batch_shape), WARP * warps,
                         attention.shared_bytes(params["bq"], params["bkv"], dqk, dv), 16, max(1, copies),
-                        -(-max(tiles) // split), "mma")
+                        -(-max(tiles) // split), "mma", sum(tiles) * math.prod(match.batch_shape) / split)
     plan = row_plan(kernel)
     rows = max(1, math.prod(plan.row_shape))
     row_threads, block, vec = params["row_threads"], params["block"], params.get("vec", 1)

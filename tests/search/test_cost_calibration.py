@@ -1,7 +1,9 @@
-"""The cost model against matmul times measured on the H200: it must pick schedules that are nearly the fastest.
+"""The cost model against kernel times measured on the H200: it must pick schedules that are nearly the fastest.
 
-The data (`h200_matmul_sweep.json`) are the sweep of `benchmarks/matmul.py --sweep` on the lent H200: 7 shapes
-(M = 16, 128, 4096; N, K = 4096, 11008) under 13 schedules each, mma.sync and wgmma, with and without split-K.
+The data are sweeps on the lent H200: `h200_matmul_sweep.json` from `benchmarks/matmul.py --sweep` (7 shapes,
+M = 16, 128, 4096 and N, K = 4096, 11008, under 13 schedules each: mma.sync and wgmma, with and without
+split-K), and `h200_attention_sweep.json` from `benchmarks/attention.py --sweep` (causal and plain prefill and
+decode, 6 schedules each).
 """
 from __future__ import annotations
 
@@ -12,12 +14,14 @@ import statistics
 from pathlib import Path
 
 import tensorsmith as ts
+from tensorsmith import nn
 from tensorsmith.ir.kernel_program import Schedule
 from tensorsmith.ir.targets import get_target
 from tensorsmith.search.cost import kernel_seconds
 from tensorsmith.search.partition import partition
 
 SWEEP = json.loads((Path(__file__).parent / "h200_matmul_sweep.json").read_text())["rows"]
+ATTENTION_SWEEP = json.loads((Path(__file__).parent / "h200_attention_sweep.json").read_text())["rows"]
 
 
 def _predicted_us(m: int, n: int, k: int, schedule: dict[str, int]) -> float:
@@ -47,3 +51,26 @@ def test_predictions_are_within_a_factor_of_about_1_2_in_the_median() -> None:
     errors = [abs(math.log(predicted / measured)) for times in _by_shape().values() for measured, predicted in times]
     assert len(errors) == len(SWEEP) == 91
     assert statistics.median(errors) < math.log(1.2)
+
+
+def _attention_predicted_us(row: dict) -> float:
+    g = ts.Graph("attention")
+    q = g.input("q", (row["batch"], row["heads"], row["queries"], row["head_dim"]), "float16")
+    k, v = (g.input(name, (row["batch"], row["heads"], row["keys"], row["head_dim"]), "float16") for name in "kv")
+    g.output("o", nn.attention(q, k, v, causal=row["causal"]))
+    program = partition(g)
+    (kernel,) = program.kernels
+    kernel = dataclasses.replace(kernel, schedule=Schedule.of(**row["schedule"]))
+    return kernel_seconds(kernel, dataclasses.replace(program, kernels=[kernel]), get_target("sm90")) * 1e6
+
+
+def test_attention_choices_are_the_fastest_measured_and_predictions_close() -> None:
+    rows: dict[tuple, list[tuple[float, float]]] = {}
+    for row in ATTENTION_SWEEP:
+        key = (row["queries"], row["keys"], row["causal"])
+        rows.setdefault(key, []).append((row["measured_us"], _attention_predicted_us(row)))
+    for key, times in rows.items():
+        fastest = min(measured for measured, _ in times)
+        assert min(times, key=lambda pair: pair[1])[0] <= 1.2 * fastest, key
+    errors = [abs(math.log(predicted / measured)) for times in rows.values() for measured, predicted in times]
+    assert len(errors) == 18 and statistics.median(errors) < math.log(1.2)
