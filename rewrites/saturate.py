@@ -4,7 +4,9 @@ One egglog `run` cannot be interrupted, and one iteration of a rule set with ass
 commutativity can multiply the e-graph many times over. So each call runs `iterations_per_run`
 iterations (the back-off scheduler inside the call: egglog resets a scheduler at every `run`), and the
 limits are checked between calls. The e-graph is pushed before each call and popped if the call crossed
-`node_limit`, so the result never holds more e-nodes than the limit (unless the graph itself does).
+`node_limit`, so the result never holds more e-nodes than the limit (unless the graph itself does). A call that
+merges terms of different shapes or dtypes (a "conflict": a rule is unsound) stops saturation, and the e-graph is
+loaded from the graph again, so that extraction gives the graph back rather than a term of the wrong shape.
 
 Because the scheduler starts afresh at every call, a rule banned in a call's first iteration (more matches
 than the match limit) and banned for longer than the call lasts would never run at all. So, unless one is
@@ -84,7 +86,8 @@ class SaturationReport:
     """Every stage (the first is loading the graph), and why saturation stopped."""
 
     stages: tuple[StageReport, ...]
-    stopped: str  # "saturated", "iterations", "node_limit", "time_limit" or "conflict" (a misfired merge)
+    stopped: str  # "saturated", "iterations", "node_limit", "time_limit" or "conflict" (a misfired merge: the
+    #               e-graph is the graph's as loaded, every call after the load is marked discarded)
     stage_stops: tuple[tuple[str, str], ...] = ()   # (stage, why it stopped: the above or "growth_limit")
     matches: tuple[tuple[str, int], ...] = ()       # (rule name, matches over the whole saturation)
 
@@ -170,6 +173,13 @@ def _derive(egraph: EGraph, rules: Sequence[Rule], classes: EClasses, matches: C
     return bool(merges)
 
 
+def _load(graph: Graph) -> tuple[EGraph, dict[str, TExpr]]:
+    """A fresh e-graph of `graph` with the shape and dtype of every term."""
+    egraph, roots = to_egglog(graph)
+    egraph.run(analysis.saturate())
+    return egraph, roots
+
+
 def saturate(graph: Graph, rules: Sequence[Rule] = RULES, iterations: int = DEFAULT_ITERATIONS,
              node_limit: int = DEFAULT_NODE_LIMIT, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
              iterations_per_run: int = 2, match_limit: int | None = None, ban_length: int = 5,
@@ -179,8 +189,7 @@ def saturate(graph: Graph, rules: Sequence[Rule] = RULES, iterations: int = DEFA
     `iterations` caps each stage; `node_limit` and `time_limit_s` hold for the whole saturation.
     """
     start = time.perf_counter()
-    egraph, roots = to_egglog(graph)
-    egraph.run(analysis.saturate())
+    egraph, roots = _load(graph)
     load, classes = _stage(egraph, roots, 0, time.perf_counter() - start, "load")
     reports = [load]
     matches: Counter[str] = Counter()
@@ -194,6 +203,12 @@ def saturate(graph: Graph, rules: Sequence[Rule] = RULES, iterations: int = DEFA
                                   min(iterations, stage.max_iterations), node_limit, time_limit_s,
                                   iterations_per_run, match_limit, ban_length)
         stage_stops.append((stage.name, why))
+        if why == "conflict":
+            # The call that merged two shapes is rolled back, but the term of the wrong shape may be older: a rule
+            # can make an ill-formed term whose class agrees on its shape, and only a later merge shows it. So none
+            # of the rules' work is kept: the e-graph is the graph's again, and extraction gives the graph back.
+            egraph, roots = _load(graph)
+            reports = [load, *(dataclasses.replace(report, discarded=True) for report in reports[1:])]
         if why in ("node_limit", "time_limit", "conflict"):
             stopped = why
             break
@@ -224,11 +239,11 @@ def _run_stage(egraph: EGraph, roots: dict[str, TExpr], stage: Stage, rules: tup
             report, after = _stage(egraph, roots, k, time.perf_counter() - began, stage.name)
             derived = _derive(egraph, rules, after, matches)
         except EggSmolError as err:
-            # Two terms of different shapes or dtypes were merged: a rule misfired. Seen rarely and not
-            # reproducibly (about 1 run in 30 of the transformer block). The call is rolled back, so the
-            # e-graph keeps only merges that agree, and saturation stops here; the report says so.
+            # Two terms of different shapes or dtypes were merged: a rule misfired (or egglog did: the rare
+            # conflicts of the transformer block came from colliding global names, see term._fixed_width_lets).
+            # The call is rolled back and saturation stops here; `saturate` then starts over from the graph.
             egraph.pop()
-            log.warning("saturation stage %s stopped: %s; its last call was rolled back", stage.name, err)
+            log.warning("saturation stage %s stopped: %s; the rewrites are discarded", stage.name, err)
             return "conflict", classes
         if derived:
             report, after = _stage(egraph, roots, k, time.perf_counter() - began, stage.name)

@@ -31,6 +31,7 @@ from .eclasses import OPS, PATTERN_OPS, EClasses, ENode, build_graph, cheapest, 
 
 SHARED_TERM_LIMIT = 16   # a shared node whose term is larger than this is let-bound, not repeated
 DEPTH_LIMIT = 24         # a term nested deeper than this is let-bound (egglog-python recurses ~4 frames a level)
+LET_DIGITS = 9           # every global's name ends in a number of exactly LET_DIGITS + 1 digits (`_fixed_width_lets`)
 
 # Constructor costs (egglog's own extraction and `constructor_cost`): views nearly free, reductions twice.
 LEAF_COST, VIEW_COST, ELEMENTWISE_COST, REDUCE_COST = 1, 1, 10, 20
@@ -291,9 +292,11 @@ def to_egglog(graph: Graph) -> tuple[EGraph, dict[str, TExpr]]:
     Cuts are kept few because each let binding is a table of its own in egglog 13, and adding one costs
     time in proportion to the tables already there (quadratic in the number of lets).
     The shape and dtype of every cut are set here, so the `analysis` rules need at most DEPTH_LIMIT
-    iterations to reach every term, not one per level of the graph.
+    iterations to reach every term, not one per level of the graph. Every global is named at one width
+    (`_fixed_width_lets`).
     """
     egraph = EGraph()
+    _fixed_width_lets(egraph)
     order = graph.nodes()
     users = consumers(order)
     outputs = {id(node) for node in graph.outputs.values()}
@@ -307,7 +310,7 @@ def to_egglog(graph: Graph) -> tuple[EGraph, dict[str, TExpr]]:
         depth = 1 + max((child[2] for child in children), default=0)
         shared = len(users[id(node)]) > 1 and size > SHARED_TERM_LIMIT
         if id(node) in outputs or shared or depth >= DEPTH_LIMIT:
-            term = egraph.let(f"n{lets}", term)
+            term = egraph.let(f"n{10 ** LET_DIGITS + lets}", term)
             lets += 1
             facts += [set_(shape_of(term)).to(vec(node.shape)), set_(dtype_of(term)).to(node.dtype.value)]
             size, depth = 1, 0
@@ -316,6 +319,26 @@ def to_egglog(graph: Graph) -> tuple[EGraph, dict[str, TExpr]]:
         egraph.register(*facts)
     roots = {name: terms[id(node)][0] for name, node in graph.outputs.items()}
     return egraph, roots
+
+
+def _fixed_width_lets(egraph: EGraph) -> None:
+    """Make every global of `egraph` a name of one width: ours (`$n1000000000`, ...) and those egglog-python adds.
+
+    egglog 13 names the query variable of a global in a rule or a top-level action as the global's name followed by
+    a per-name use counter, so the 31st use of `$__expr_1` and the first use of `$__expr_13` are both
+    `$__expr_130`, and a command that reads both gets one value for the two (egraphs-good/egglog#1006). egglog-python
+    let-binds every literal that a term repeats as `$__expr_<k>`, k counting from 0, and rules that mention such a
+    literal then use the global: permute_permute's gather indices 1 and 2 read as one, a composed permutation
+    came out as (0, 2, 0), a shape as (32, 32, 2048, 1), and the analysis merged different shapes, in a few
+    percent of the processes that saturate a transformer block (which literal gets which k follows Python's set
+    order). A name followed by a counter is never another name of the same width, so starting egglog-python's
+    counter at 10**LET_DIGITS (a private field; checked here, so that an egglog-python without it fails loudly)
+    rules the collision out.
+    """
+    state = egraph._state
+    if not isinstance(getattr(state, "expr_to_let_counter", None), int):
+        raise RuntimeError("egglog-python has no EGraphState.expr_to_let_counter; see term._fixed_width_lets")
+    state.expr_to_let_counter = 10 ** LET_DIGITS
 
 
 def constructor_cost(enode: ENode) -> float:

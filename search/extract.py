@@ -7,7 +7,8 @@ placeholder for the search proper (beam search and MCTS over the same e-class ta
 Pattern nodes (MatMul, OnlineSoftmax) cost infinity: partition lowers only primitives and views, and every
 pattern's e-class also holds the primitive form it was recognised from, so that form is chosen. A graph
 whose extraction fails raises `ExtractionError` (rewrites/eclasses.py); there is no fallback to the input
-graph, which would hide an unsound rule.
+graph, which would hide an unsound rule. (Where saturation itself caught a rule merging two shapes, its report says
+"conflict" and its e-graph is already the input graph's.)
 """
 from __future__ import annotations
 
