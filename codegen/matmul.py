@@ -77,7 +77,7 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     if schedule.as_dict().get("wgmma"):
         if not wgmma_schedule_ok(schedule.as_dict()):
             raise ValueError(f"wgmma=1 needs bk=64, warps_n=4, bm=64*warps_m, stages>=3, split_k=1; got {schedule}")
-        if copy_a is not None and copy_b is not None:   # else mma.sync under the same tile (documented below)
+        if _both_copied(plan):   # else mma.sync under the same tile (see takes_wgmma)
             context.update(_wgmma(context))
     return context
 
@@ -89,9 +89,11 @@ def takes_wgmma(kernel: Kernel, shapes: dict) -> bool:
     16-byte chunks) is not an error: the kernel falls back to mma.sync under the same tile (every valid wgmma
     schedule is a valid mma.sync one), so search needs no operand facts to stay sound.
     """
-    probe = matmul_body(kernel, shapes, Schedule.of(bm=64, bn=64, bk=64, stages=3, warps_m=1, warps_n=4,
-                                                    split_k=1, wgmma=1))
-    return probe.get("template") == "matmul_wgmma"
+    return _both_copied(_matmul_plan(kernel.name, kernel.outputs, tuple(sorted(shapes.items()))))
+
+
+def _both_copied(plan: dict) -> bool:
+    return plan["copy_a"] is not None and plan["copy_b"] is not None
 
 
 def _wgmma(context: dict) -> dict:
@@ -112,10 +114,10 @@ def wgmma_shared_bytes(bm: int, bn: int, bk: int, stages: int) -> int:
 
 
 @lru_cache(maxsize=1024)
-def _matmul_plan(name: str, outputs: tuple, shapes_key: tuple) -> dict:
+def _matmul_plan(kernel_name: str, outputs: tuple, shapes_key: tuple) -> dict:
     """What does not depend on the schedule: the match, the operands' loads and copy plans, the epilogue
     (search prices hundreds of schedules per kernel, so this is shared between them)."""
-    kernel = Kernel(name, "matmul", outputs)
+    kernel = Kernel(kernel_name, "matmul", outputs)
     shapes = dict(shapes_key)
     if len(kernel.outputs) != 1:
         raise NotFusable(kernel.outputs[1][1], "a matmul kernel writes one output")
