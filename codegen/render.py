@@ -153,10 +153,9 @@ _K = re.compile(r"\bk\b")     # the element index along the last axis in vector 
 def pointwise_vector_width(kernel: Kernel, shapes: dict) -> int:
     """Elements per thread for a pointwise kernel: 16 bytes of its narrowest float buffer (4 x 32 bits where it has
     none), halved until it divides the last axis; 1 where nothing does."""
-    names = kernel.writes + kernel.reads
     floats = [n.dtype.itemsize for n in kernel.body if n.op == Op.INPUT and n.dtype.is_float]
     floats += [node.dtype.itemsize for _, node in kernel.outputs if node.dtype.is_float]
-    shape = shapes[names[0]]
+    shape = shapes[kernel.writes[0]]
     width = VECTOR_BYTES // min(floats, default=4)
     while width > 1 and (not shape or shape[-1] % width):
         width //= 2
