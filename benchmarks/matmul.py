@@ -21,6 +21,7 @@ import tensorsmith as ts
 from tensorsmith.codegen import runtime
 from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.codegen.render import render_kernel
+from tensorsmith.codegen.tensor_map import launch_arguments
 from tensorsmith.ir.kernel_program import Schedule
 from tensorsmith.search.partition import partition
 from tensorsmith.search.verify import random_inputs, relative_l2
@@ -69,7 +70,7 @@ def sweep(m: int, n: int, k: int, dtype: str, a: torch.Tensor, b: torch.Tensor, 
         rendered = render_kernel(dataclasses.replace(program, kernels=[kernel]), 0)
         cubin = compile_cubin(rendered.source, rendered.name, arch=rendered.arch or "sm_90")   # sm_90a for wgmma
         function = runtime.Module(cubin).function(rendered.name)
-        args = [np.uint64(pointers[p]) for p in rendered.params]
+        args = launch_arguments(rendered.params, rendered.tensor_maps, pointers)
 
         def run() -> None:
             runtime.launch(function, rendered.grid, rendered.block, args, rendered.shared_bytes)

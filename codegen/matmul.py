@@ -18,6 +18,7 @@ from tensorsmith.ir.patterns import MatmulMatch, match_matmul
 
 from .emit import Emitter, NotFusable, delinearize, linear_index
 from .schedules import wgmma_schedule_ok
+from .tensor_map import TensorMapSpec
 
 MMA_TYPES = {DType.FLOAT16: ("__half", "__float2half_rn"), DType.BFLOAT16: ("__nv_bfloat16", "__float2bfloat16_rn")}
 MIN_DIM = 16   # one tensor-core fragment; smaller products stay on the CUDA cores
@@ -26,6 +27,9 @@ PAD = 8        # elements added to each shared tile row (the template's PAD)
 MMA_BYTES = 2  # fp16 and bf16
 WGMMA_ARCH = "sm_90a"   # wgmma needs the architecture-specific target
 WGMMA_ALIGN = 1024      # the 128-byte swizzle repeats every 1024 bytes: stages start on such a boundary
+WGMMA_BK = 64           # K elements per tile: one 128-byte swizzled row
+WGMMA_BLOCK_BYTES = 64 * 128   # one 64 x 64 block of 16-bit elements
+TMA_MAX_RANK = 5
 
 
 PARTIAL_PAD = 4   # floats added to each row of a split block's partial sums
@@ -79,6 +83,7 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
             raise ValueError(f"wgmma=1 needs bk=64, warps_n=4, bm=64*warps_m, stages>=3, split_k=1; got {schedule}")
         if _both_copied(plan):   # else mma.sync under the same tile (see takes_wgmma)
             context.update(_wgmma(context))
+            context.update(_tma(context, batch_names=[name for name, _ in coords]))
     return context
 
 
@@ -106,6 +111,46 @@ def _wgmma(context: dict) -> dict:
                      f"memory, {context['mma_type']} -> float), K in steps of {bk} through a {stages}-stage cp.async "
                      f"pipeline"),
     }
+
+
+def _tma(context: dict, batch_names: list[str]) -> dict:
+    """What the TMA template (matmul_tma.cu.j2) changes in a wgmma context, where both operands are buffers
+    indexed by plain tile and batch coordinates (else nothing: the cp.async wgmma template stays)."""
+    a = _tma_operand(context["copy_a"], "m", "block_m", context["bm"], batch_names, 0, "s_a")
+    b = _tma_operand(context["copy_b"], "n", "block_n", context["bn"], batch_names, 1, "s_b")
+    if a is None or b is None:
+        return {}
+    (spec_a, loads_a), (spec_b, loads_b) = a, b
+    threads = context["block"][0] + 128
+    return {
+        "template": "matmul_tma", "block": (threads, 1, 1), "tensor_maps": [spec_a, spec_b],
+        "tma_loads": loads_a + loads_b, "tma_ranks": sorted({len(spec_a.dims), len(spec_b.dims)}),
+        "shared_bytes": context["shared_bytes"],
+        "strategy": context["strategy"].replace("cp.async pipeline", "TMA pipeline, warp-specialised (one "
+                                                "producer warpgroup, BM / 64 consumer warpgroups)"),
+    }
+
+
+def _tma_operand(copy: dict, tile_axis: str, tile_start: str, tile: int, batch_names: list[str], map_index: int,
+                 stage: str) -> tuple[TensorMapSpec, list[dict]] | None:
+    """The tensor map of one operand and the TMA copies of one K tile into its stage, as matmul_wgmma.cu.j2 lays
+    the stage out: K-major, one box of `tile` rows x 64 K; MN-major, tile / 64 boxes of 64 K rows x 64."""
+    where, shape = copy["where"], copy["shape"]
+    plain = set(batch_names) | {"0", tile_axis, "kk"}
+    if len(shape) > TMA_MAX_RANK or not set(where) <= plain or where.count(tile_axis) != 1 or where.count("kk") != 1:
+        return None
+    k_major = where[-1] == "kk"
+    extent = {"kk": WGMMA_BK, tile_axis: tile if k_major else 64}   # the box: 128 contiguous bytes x rows
+    spec = TensorMapSpec.of_buffer(copy["buffer"], shape, [extent.get(name, 1) for name in reversed(where)])
+    starts = {"kk": "k0", "0": "0", tile_axis: f"(int){tile_start}", **{name: f"(int){name}" for name in batch_names}}
+    if k_major:
+        blocks = [(0, starts)]
+    else:
+        blocks = [(j * WGMMA_BLOCK_BYTES, {**starts, tile_axis: f"(int){tile_start} + {64 * j}"})
+                  for j in range(tile // 64)]
+    loads = [{"map": map_index, "dst": f"{stage} + {offset}", "coords": [coords[name] for name in reversed(where)]}
+             for offset, coords in blocks]
+    return spec, loads
 
 
 def wgmma_shared_bytes(bm: int, bn: int, bk: int, stages: int) -> int:
@@ -161,5 +206,5 @@ def _operand(shapes: dict, node: Node, index: tuple[str, ...],
         leaf, where = loads[0]
         shape = shapes[leaf.arg]
         if where[-1] == major and shape[-1] % CHUNK == 0:
-            copy = {"buffer": leaf.arg, "offset": linear_index(where, shape)}
+            copy = {"buffer": leaf.arg, "offset": linear_index(where, shape), "where": where, "shape": shape}
     return emitter.lines, value, major, copy

@@ -24,6 +24,7 @@ from .emit import (COMPUTE_TYPE, Emitter, NotFusable, delinearize, is_inline_red
 from .attention import attention_body
 from .matmul import matmul_body
 from .schedules import ARCHETYPES, default_schedule
+from .tensor_map import TensorMapSpec
 
 MEASURED_PLACEHOLDER = "measured: not yet (rendered before profiling)"
 INT32_LIMIT = 2**31 - 1
@@ -45,6 +46,7 @@ class RenderedKernel:
     schedule: Schedule
     shared_bytes: int = 0     # dynamic shared memory per block, set at launch
     arch: str | None = None   # the NVRTC architecture this kernel needs (sm_90a for wgmma); None: the target's
+    tensor_maps: tuple[TensorMapSpec, ...] = ()   # TMA descriptors passed after the buffer pointers
 
 
 @lru_cache(maxsize=1)
@@ -78,7 +80,8 @@ def render_kernel(program: KernelProgram, position: int, version: str = "") -> R
     source = _environment().get_template(f"{context.get('template', kernel.archetype)}.cu.j2").render(k=context)
     return RenderedKernel(kernel.name, f"{position:02d}_{kernel.writes[0]}", kernel.archetype, source,
                           context["grid"], context["block"], tuple(p["name"] for p in context["params"]),
-                          kernel.writes, schedule, context.get("shared_bytes", 0), context.get("arch"))
+                          kernel.writes, schedule, context.get("shared_bytes", 0), context.get("arch"),
+                          tuple(context.get("tensor_maps", ())))
 
 
 def _index_type(program: KernelProgram) -> str:

@@ -331,7 +331,9 @@ def pack_args(args: Sequence[Any]) -> PackedArgs:
 
 
 def _arg_value(arg: Any, index: int) -> np.ndarray:
-    """One kernel argument as a one-element array holding exactly the bytes the kernel reads."""
+    """One kernel argument as an array holding exactly the bytes the kernel reads."""
+    if isinstance(arg, TensorMap):
+        return arg.words
     if isinstance(arg, DeviceBuffer):
         if not arg._finalizer.alive:
             raise InputError(f"kernel argument {index} is a DeviceBuffer that has been freed")
@@ -344,6 +346,45 @@ def _arg_value(arg: Any, index: int) -> np.ndarray:
         f"kernel argument {index} is {type(arg).__name__}: pass a DeviceBuffer, a GPU array, or a numpy scalar "
         f"of {sorted(str(d) for d in SCALAR_DTYPES)} (a Python int or float has no C type)"
     )
+
+
+TENSOR_MAP_BYTES, TENSOR_MAP_ALIGN = 128, 64
+
+
+@dataclass(frozen=True, eq=False)
+class TensorMap:
+    """An encoded TMA descriptor, passed by value (a kernel's `const __grid_constant__` parameter)."""
+
+    words: np.ndarray   # uint64[16], 64-byte aligned
+
+
+@functools.lru_cache(maxsize=256)
+def _encoded_tensor_map(spec: Any, pointer: int) -> TensorMap:
+    rank = len(spec.dims)
+    dtype = driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16 if spec.element_bytes == 2 else \
+        driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8
+    try:
+        encoded = _cu(driver.cuTensorMapEncodeTiled, dtype, rank, pointer,
+                      [driver.cuuint64_t(d) for d in spec.dims], [driver.cuuint64_t(s) for s in spec.strides],
+                      [driver.cuuint32_t(b) for b in spec.box], [driver.cuuint32_t(1)] * rank,
+                      driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+                      driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+                      driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    except DeviceError as err:
+        raise DeviceError(f"encoding the tensor map of {spec.buffer} (dims {spec.dims}, box {spec.box}) at "
+                          f"{pointer:#x}: {err}") from None
+    storage = np.zeros(TENSOR_MAP_BYTES // 8 + TENSOR_MAP_ALIGN // 8, dtype=np.uint64)
+    start = (-storage.ctypes.data % TENSOR_MAP_ALIGN) // 8
+    words = storage[start:start + TENSOR_MAP_BYTES // 8]
+    words[:] = [int(word) for word in encoded.opaque]
+    return TensorMap(words)
+
+
+def tensor_map(spec: Any, pointer: int) -> TensorMap:
+    """The TMA descriptor of `spec` (a codegen.tensor_map.TensorMapSpec) for its buffer at `pointer`."""
+    _ensure_context()
+    return _encoded_tensor_map(spec, pointer)
 
 
 def launch(

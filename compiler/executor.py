@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from tensorsmith.codegen import runtime
+from tensorsmith.codegen.tensor_map import launch_arguments
 from tensorsmith.ir.dtypes import DType, bfloat16_to_float, float_to_bfloat16, numpy_dtype
 from tensorsmith.ir.errors import DeviceError, InputError, KernelFault
 from tensorsmith.ir.kernel_program import Buffer
@@ -111,7 +112,7 @@ class Session:
 
     def launch(self, position: int) -> None:
         kernel = self.program.kernels[position]
-        args = [np.uint64(self.pointers[p]) for p in kernel.params]
+        args = launch_arguments(kernel.params, kernel.tensor_maps, self.pointers)
         runtime.launch(self.functions[position], kernel.grid, kernel.block, args, kernel.shared_bytes)
 
     def run_all(self) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorsmith.codegen.tensor_map import TensorMapSpec
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.errors import InputError, TensorsmithError
 from tensorsmith.ir.graph import Graph
@@ -41,6 +42,7 @@ class CompiledKernel:
     measured_ms: float | None = None
     predicted_ms: float | None = None
     shared_bytes: int = 0              # dynamic shared memory per block
+    tensor_maps: tuple[TensorMapSpec, ...] = ()   # TMA descriptors, encoded at launch after the params
 
 
 @dataclass
@@ -129,6 +131,7 @@ class Program:
                          "archetype": k.archetype, "schedule": k.schedule, "grid": list(k.grid),
                          "block": list(k.block), "shared_bytes": k.shared_bytes,
                          "params": list(k.params), "writes": list(k.writes),
+                         "tensor_maps": [spec.as_dict() for spec in k.tensor_maps],
                          "measured_ms": k.measured_ms,
                          "predicted_ms": k.predicted_ms}
                         for k in self.kernels],
@@ -148,7 +151,8 @@ def load(path: str | os.PathLike) -> Program:
         kernels = [CompiledKernel(k["name"], Path(k["source"]).stem, k["archetype"], k["schedule"],
                                   (folder / k["source"]).read_text(), (folder / k["cubin"]).read_bytes(),
                                   tuple(k["grid"]), tuple(k["block"]), tuple(k["params"]), tuple(k["writes"]),
-                                  k["measured_ms"], k.get("predicted_ms"), k.get("shared_bytes", 0))
+                                  k["measured_ms"], k.get("predicted_ms"), k.get("shared_bytes", 0),
+                                  tuple(TensorMapSpec.from_dict(t) for t in k.get("tensor_maps", ())))
                    for k in doc["kernels"]]
         extra = json.loads((folder / "graph.json").read_text())
         graph = graph_from_data(extra["graph"])

@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
 from tensorsmith.codegen import attention
-from tensorsmith.codegen.matmul import matmul_body, tensor_core_match
+from tensorsmith.codegen.matmul import WGMMA_ARCH, matmul_body, tensor_core_match
 from tensorsmith.codegen.render import row_plan
 from tensorsmith.codegen.schedules import default_schedule
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
@@ -41,6 +41,8 @@ ATTENTION_STEP_S = 0.4e-6     # one key tile's fixed cost in its block: barriers
                                # online softmax's rescale (fitted to 18 schedules measured on the H200, see
                                # tests/search/test_cost_calibration.py)
 TENSOR_WARPS = 8               # and the tensor cores (mma.sync 4096^3 on the H200: 8 warps 278 TFLOP/s, 16 warps 295)
+TMA_DRAM_SHARE = 1.5           # an SM copying by TMA draws up to 1.5x its even share of HBM bandwidth when others
+                               # idle (16 x 11008 x 4096 fp16 on the H200: 43 blocks moved 90 MB at 2.2 TB/s)
 REDUCE_SYNC_S = 80e-9          # warp shuffles of one row reduction
 BLOCK_SYNC_S = 120e-9          # and, past one warp, the shared-memory exchange with two barriers
 VECTOR_BYTES = 16              # the widest load
@@ -131,7 +133,8 @@ def kernel_cost(kernel: Kernel, program: KernelProgram, target: Target) -> Kerne
         busy = min(target.sm_count, blocks_in_wave)
         resident = -(-blocks_in_wave // busy)
         share = blocks_in_wave / blocks / busy          # this wave's share of the kernel, per busy SM
-        sm_bandwidth = min(target.hbm_bytes_per_s / target.sm_count,
+        share_cap = TMA_DRAM_SHARE if geometry.engine == "wgmma" else 1.0
+        sm_bandwidth = min(target.hbm_bytes_per_s / busy, share_cap * target.hbm_bytes_per_s / target.sm_count,
                            resident * warps * in_flight_per_warp / target.dram_latency_s)
         rate, busy_warps = {"wgmma": (target.wgmma_flops, TENSOR_WARPS), "mma": (target.mma_sync_flops, TENSOR_WARPS),
                             "cuda": (target.fp32_flops, ALU_WARPS)}[geometry.engine]
@@ -179,7 +182,7 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
         threads, bk = launch["block"][0], params["bk"]
         tile_loads = params["stages"] * params["bm"] * bk // threads   # elements in flight per thread
         return Geometry(math.prod(launch["grid"]), threads, launch["shared_bytes"], MMA_BYTES, max(1, tile_loads),
-                        -(-launch["kdim"] // bk), "wgmma" if launch.get("template") == "matmul_wgmma" else "mma")
+                        -(-launch["kdim"] // bk), "wgmma" if launch.get("arch") == WGMMA_ARCH else "mma")
     if kernel.archetype == "attention":   # 16-byte copies of K and V tiles; a block walks its key tiles in turn
         match = _attention_of(kernel)
         _, _, dqk, dv = match.dims
@@ -289,7 +292,7 @@ def _work(kernel: Kernel, vec: int) -> Work:
 
 def _matmul_work(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: Schedule,
                  program: KernelProgram) -> tuple[Work, float]:
-    """Tensor-core FLOPs, and the operand tiles that every block re-reads from the caches."""
+    """Tensor-core FLOPs of whole tiles, and the operand tiles that every block re-reads from the caches."""
     match = next(tensor_core_match(n) for n in kernel.body if n.op == Op.SUM and tensor_core_match(n))
     m, n, k = match.dims
     batches = max(1, math.prod(match.batch_shape))
@@ -297,7 +300,8 @@ def _matmul_work(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: S
     itemsize = MMA_BYTES
     rereads = batches * k * (m * (-(-n // bn)) + n * (-(-m // bm))) * itemsize
     cache = max(0.0, rereads - sum(program.buffers[name].nbytes for name in kernel.reads))
-    return Work(2.0 * batches * m * n * k, (), 1, 0), cache
+    padded_m, padded_n = -(-m // bm) * bm, -(-n // bn) * bn   # the tensor cores compute whole tiles
+    return Work(2.0 * batches * padded_m * padded_n * k, (), 1, 0), cache
 
 
 ATTENTION_SCORE_FLOPS = 24     # per score: the score function, max, exp2 (at TRANSCENDENTAL_FLOPS), sum, rescale

@@ -8,6 +8,7 @@ import numpy as np
 from tensorsmith.codegen import runtime
 from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.codegen.render import RenderedKernel
+from tensorsmith.codegen.tensor_map import launch_arguments
 from tensorsmith.executor import from_device_layout, to_device_layout
 from tensorsmith.ir.dtypes import numpy_dtype
 from tensorsmith.ir.kernel_program import KernelProgram
@@ -28,8 +29,9 @@ def run_rendered(program: KernelProgram, kernels: Sequence[RenderedKernel],
     for kernel in kernels:
         cubin = compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90")
         function = runtime.Module(cubin).function(kernel.name)
-        runtime.launch(function, kernel.grid, kernel.block, [buffers[p] for p in kernel.params], kernel.shared_bytes,
-                       sync=True)
+        pointers = {name: buf.ptr for name, buf in buffers.items()}
+        runtime.launch(function, kernel.grid, kernel.block, launch_arguments(kernel.params, kernel.tensor_maps, pointers),
+                       kernel.shared_bytes, sync=True)
     outputs = {}
     for out, name in program.outputs.items():
         buf = program.buffers[name]

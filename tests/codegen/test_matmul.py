@@ -26,11 +26,19 @@ def test_every_case_compiles_at_the_default_schedule(case: str) -> None:
 def test_wgmma_renders_for_every_operand_layout_and_compiles_for_sm90a(a_t: bool, b_t: bool, bn: int) -> None:
     schedule = {"bm": 128, "bn": bn, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
     _, kernel = matmul_program(_product_graph(200, 328, 136, a_t, b_t), schedule)
-    assert kernel.arch == "sm_90a" and kernel.block == (256, 1, 1)
+    assert kernel.arch == "sm_90a" and kernel.block == (384, 1, 1)   # a producer and two consumer warpgroups
     assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.f16.f16" in kernel.source
     assert f"wgmma_m64n{bn}k16<{int(a_t)}, {int(not b_t)}>" in kernel.source   # MN-major operands transposed
     assert kernel.shared_bytes == wgmma_shared_bytes(128, bn, 64, 4)
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90a"))
+    # TMA: one tensor map per operand, innermost dimension first; a K-major operand is one box of its tile's
+    # rows x 64 K, an MN-major one tile / 64 boxes of 64 x 64
+    map_a, map_b = kernel.tensor_maps
+    assert (map_a.buffer, map_a.dims, map_a.box) == ("a", (200, 136) if a_t else (136, 200), (64, 64) if a_t else (64, 128))
+    assert (map_b.buffer, map_b.dims, map_b.box) == ("b", (136, 328) if b_t else (328, 136), (64, bn) if b_t else (64, 64))
+    boxes = kernel.source.count("tma_load(s_")
+    assert boxes == (2 if a_t else 1) + (1 if b_t else bn // 64)
+    assert "const __grid_constant__ TensorMap tmap_1)" in kernel.source
 
 
 def test_wgmma_falls_back_to_mma_sync_where_an_operand_is_not_a_plain_copy() -> None:

@@ -1,6 +1,7 @@
 """ts.compile and Program: the CPU path, inputs checked at call time, and the saved folder."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import tensorsmith as ts
 from graph_cases import CASES
 from tensorsmith.codegen.runtime import gpu_available
+from tensorsmith.codegen.tensor_map import TensorMapSpec
 from tensorsmith.search.verify import compare, random_inputs
 
 
@@ -49,6 +51,15 @@ def test_load_reads_back_what_save_wrote(tmp_path: Path) -> None:
     assert [(k.name, k.grid, k.block, k.params, k.cubin) for k in loaded.kernels] == \
            [(k.name, k.grid, k.block, k.params, k.cubin) for k in program.kernels]
     assert loaded.buffers == program.buffers
+
+
+def test_load_reads_back_the_tma_tensor_maps(tmp_path: Path) -> None:
+    program = ts.compile(CASES["norms"](), profile=False)
+    maps = (TensorMapSpec.of_buffer("x", (7, 1000), (64, 7)), TensorMapSpec.of_buffer("w", (1000,), (64,)))
+    assert maps[0].dims == (1000, 7) and maps[0].strides == (2000,)   # innermost first, byte strides
+    program.kernels[0] = dataclasses.replace(program.kernels[0], tensor_maps=maps)
+    loaded = ts.load(program.save(tmp_path / "out"))
+    assert [k.tensor_maps for k in loaded.kernels] == [k.tensor_maps for k in program.kernels]
 
 
 @pytest.mark.parametrize("bad, message", [
