@@ -80,10 +80,12 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     }
     if schedule.as_dict().get("wgmma"):
         if not wgmma_schedule_ok(schedule.as_dict()):
-            raise ValueError(f"wgmma=1 needs bk=64, warps_n=4, bm=64*warps_m, stages>=3, split_k=1; got {schedule}")
+            raise ValueError(f"wgmma=1 needs bk=64, warps_n=4, bm=64*warps_m, stages>=3; got {schedule}")
         if _both_copied(plan):   # else mma.sync under the same tile (see takes_wgmma)
-            context.update(_wgmma(context))
-            context.update(_tma(context, batch_names=[name for name, _ in coords]))
+            wgmma = {**context, **_wgmma(context)}
+            tma = _tma(wgmma, batch_names=[name for name, _ in coords])
+            if tma or split_k == 1:   # the cp.async wgmma template does not split K: mma.sync does
+                context.update({**wgmma, **tma})
     return context
 
 
@@ -125,9 +127,11 @@ def _tma(context: dict, batch_names: list[str]) -> dict:
     return {
         "template": "matmul_tma", "block": (threads, 1, 1), "tensor_maps": [spec_a, spec_b],
         "tma_loads": loads_a + loads_b, "tma_ranks": sorted({len(spec_a.dims), len(spec_b.dims)}),
-        "shared_bytes": context["shared_bytes"],
+        "shared_bytes": max(context["shared_bytes"], 4 * context["bm"] * (context["bn"] + PARTIAL_PAD) + WGMMA_ALIGN)
+                        if context["split_k"] > 1 else context["shared_bytes"],
         "strategy": context["strategy"].replace("cp.async pipeline", "TMA pipeline, warp-specialised (one "
-                                                "producer warpgroup, BM / 64 consumer warpgroups)"),
+                                                "producer warpgroup, BM / 64 consumer warpgroups)")
+                    + (f", K split between the {context['split_k']} blocks of a cluster" if context["split_k"] > 1 else ""),
     }
 
 

@@ -105,10 +105,9 @@ def schedule_constraints(facts: KernelFacts, target: Target) -> tuple[dict[str, 
                   ("split-K partial sums fit in shared memory",
                    z3.Or(var["split_k"] == 1, 4 * var["bm"] * (var["bn"] + 4) <= target.shared_bytes_per_block)),
                   # wgmma (codegen/schedules.py wgmma_schedule_ok); its shared memory is under the padded bound above
-                  ("wgmma: a warpgroup per 64 rows, BK 64, 3+ stages, K not split",
+                  ("wgmma: a warpgroup per 64 rows, BK 64, 3+ stages",
                    z3.Implies(var["wgmma"] == 1, z3.And(var["bk"] == 64, var["warps_n"] == 4,
-                                                        var["bm"] == 64 * var["warps_m"], var["stages"] >= 3,
-                                                        var["split_k"] == 1))),
+                                                        var["bm"] == 64 * var["warps_m"], var["stages"] >= 3))),
                   ("wgmma only on Hopper (sm_90a)", z3.Or(var["wgmma"] == 0, z3.BoolVal(target.arch == "sm_90")))]
     elif facts.archetype == "attention":
         rules += _attention_constraints(facts, target, var["bq"], var["bkv"])

@@ -67,6 +67,9 @@ MATMUL_SCHEDULES: list[dict[str, int] | None] = [
     # wgmma (sm_90a) where both operands are plain copies, else mma.sync under the same tile
     {"bm": 128, "bn": 256, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1},
     {"bm": 64, "bn": 128, "bk": 64, "stages": 3, "warps_m": 1, "warps_n": 4, "split_k": 1, "wgmma": 1},
+    # and K split across a cluster on TMA (mma.sync's split where TMA cannot copy the operands)
+    {"bm": 128, "bn": 256, "bk": 64, "stages": 3, "warps_m": 2, "warps_n": 4, "split_k": 2, "wgmma": 1},
+    {"bm": 64, "bn": 128, "bk": 64, "stages": 4, "warps_m": 1, "warps_n": 4, "split_k": 8, "wgmma": 1},
 ]
 
 

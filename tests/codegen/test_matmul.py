@@ -41,12 +41,24 @@ def test_wgmma_renders_for_every_operand_layout_and_compiles_for_sm90a(a_t: bool
     assert "const __grid_constant__ TensorMap tmap_1)" in kernel.source
 
 
+@pytest.mark.parametrize("bm, bn, split_k", [(64, 128, 8), (128, 256, 2)])
+def test_tma_splits_k_across_a_cluster_and_compiles(bm: int, bn: int, split_k: int) -> None:
+    schedule = {"bm": bm, "bn": bn, "bk": 64, "stages": 4 if bn == 128 else 3, "warps_m": bm // 64, "warps_n": 4,
+                "split_k": split_k, "wgmma": 1}
+    _, kernel = matmul_program(_product_graph(16, 1000, 2048, False, False), schedule)
+    assert kernel.tensor_maps and kernel.grid[2] == split_k and kernel.block == (128 * (bm // 64 + 1), 1, 1)
+    assert f"__cluster_dims__(1, 1, {split_k})" in kernel.source and "load_cluster_shared" in kernel.source
+    body = kernel.source.split('extern "C"')[1]
+    assert "registers_down<" not in body and "registers_up<" not in body   # every thread joins the reduction
+    assert kernel.shared_bytes == max(wgmma_shared_bytes(bm, bn, 64, schedule["stages"]), 4 * bm * (bn + 4) + 1024)
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90a"))
+
+
 def test_wgmma_falls_back_to_mma_sync_where_an_operand_is_not_a_plain_copy() -> None:
     schedule = {"bm": 128, "bn": 128, "bk": 64, "stages": 3, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
     _, fused = matmul_program(MATMUL_CASES["fused"](), schedule)   # A is scaled first: a prologue
     assert fused.arch is None and "mma.sync.aligned.m16n8k16" in fused.source and "wgmma.mma_async" not in fused.source
     assert not is_valid("matmul", Schedule.of(**{**schedule, "bk": 32}))        # one 128-byte row per K slice
-    assert not is_valid("matmul", Schedule.of(**{**schedule, "split_k": 2}))
     assert not is_valid("matmul", Schedule.of(**{**schedule, "warps_m": 4, "warps_n": 2}))
 
 
