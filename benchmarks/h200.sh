@@ -3,7 +3,7 @@
 # every example, then the benchmarks; logs go under $OUT, short tables print last.
 # From the project root here:  ../shared/tools/device-wheels.sh   (once; builds .whl/)
 # Then through the device tool, carrying .whl:  bash benchmarks/h200.sh [tests|examples|memory|matmul|attention ...]
-# (no argument: all of them; about 12 minutes, so split it over two calls)
+# (no argument: all of them; about 12 minutes, so split it over two calls; BUDGET=15 shortens each example's search)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 STEPS=${*:-tests examples memory matmul attention}
@@ -15,7 +15,8 @@ for step in $STEPS; do case $step in
 tests) python3 -m pytest -p no:cacheprovider -m gpu -q tests 2>&1 | tee $OUT/pytest-gpu.log | tail -4 ;;
 examples) for model in examples/*.py; do
         name=$(basename "$model" .py)
-        python3 -m tensorsmith.cli compile --target sm90 "$model" -o "$OUT/$name" -q || echo "compile $name FAILED"
+        python3 -m tensorsmith.cli compile --target sm90 "$model" -o "$OUT/$name" -q --budget "${BUDGET:-60}" \
+            || echo "compile $name FAILED"
         python3 -m tensorsmith.cli run "$OUT/$name" --check --device cuda | tail -1
     done 2>&1 | tee $OUT/examples.log ;;
 memory) python3 benchmarks/memory_bound.py 2>&1 | tee $OUT/memory_bound.log | tail -8 ;;

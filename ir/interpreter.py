@@ -38,7 +38,7 @@ def _iota(node: Node) -> np.ndarray:
 
 def _reduce(fn: Callable[..., np.ndarray]) -> Callable[[Node, np.ndarray], np.ndarray]:
     def apply(node: Node, x: np.ndarray) -> np.ndarray:
-        return np.asarray(fn(x, axis=node.arg)).astype(_host_dtype(node.dtype))
+        return np.asarray(fn(x, axis=node.arg)).astype(_host_dtype(node.dtype), copy=False)
     return apply
 
 
@@ -53,13 +53,13 @@ SEMANTICS: dict[Op, Callable[..., np.ndarray]] = {
     Op.SIN: lambda n, x: np.sin(x),
     Op.SQRT: lambda n, x: np.sqrt(x),
     Op.RECIP: lambda n, x: np.divide(1.0, x),
-    Op.ADD: lambda n, a, b: (a + b).astype(_host_dtype(n.dtype)),
-    Op.MUL: lambda n, a, b: (a * b).astype(_host_dtype(n.dtype)),
-    Op.MOD: lambda n, a, b: np.fmod(a, b).astype(_host_dtype(n.dtype)),
+    Op.ADD: lambda n, a, b: (a + b).astype(_host_dtype(n.dtype), copy=False),
+    Op.MUL: lambda n, a, b: (a * b).astype(_host_dtype(n.dtype), copy=False),
+    Op.MOD: lambda n, a, b: np.fmod(a, b).astype(_host_dtype(n.dtype), copy=False),
     Op.LESS_THAN: lambda n, a, b: np.less(a, b),
     Op.SUM: _reduce(np.sum),
     Op.MAX: _reduce(np.max),
-    Op.CONSTANT: lambda n: np.full(n.shape, n.arg, dtype=_host_dtype(n.dtype)),
+    Op.CONSTANT: lambda n: np.broadcast_to(np.asarray(n.arg, dtype=_host_dtype(n.dtype)), n.shape),   # a read-only view
     Op.IOTA: _iota,
     Op.CAST: lambda n, x: _cast(x, n),
     Op.RESHAPE: lambda n, x: x.reshape(n.arg),
@@ -92,7 +92,7 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray]) -> d
                 match = matmuls[id(node)]
                 lhs = values[id(match.lhs.srcs[0])][..., 0]            # (..., M, K)
                 rhs = values[id(match.rhs.srcs[0])][..., 0, :, :]      # (..., K, N)
-                values[id(node)] = np.matmul(lhs, rhs).astype(_host_dtype(node.dtype))
+                values[id(node)] = np.matmul(lhs, rhs).astype(_host_dtype(node.dtype), copy=False)
             else:
                 values[id(node)] = SEMANTICS[node.op](node, *(values[id(s)] for s in node.srcs))
     return values
