@@ -15,8 +15,6 @@ import numpy as np
 
 from . import runtime
 
-SWIZZLE_BYTES = 128   # every tensor map here writes shared memory in the 128-byte swizzle
-
 
 @dataclass(frozen=True)
 class TensorMapSpec:

@@ -44,6 +44,15 @@ def _batched() -> ts.Graph:
     return g
 
 
+def _row_sliced() -> ts.Graph:
+    """A's rows start 3 rows into its buffer: plain 16-byte copies, but not a box TMA can address by tile
+    coordinates, so wgmma schedules copy it with cp.async (matmul_wgmma.cu.j2)."""
+    g = ts.Graph("row_sliced")
+    a = g.input("a", (131, 64), "float16")
+    g.output("c", a[3:] @ g.input("b", (64, 136), "float16"))
+    return g
+
+
 MATMUL_CASES: dict[str, Callable[[], ts.Graph]] = {
     "dividing": lambda: _product("dividing", 128, 256, 128),
     "ragged": lambda: _product("ragged", 100, 72, 40),
@@ -53,6 +62,7 @@ MATMUL_CASES: dict[str, Callable[[], ts.Graph]] = {
     "k_not_multiple_of_8": lambda: _product("k_odd", 48, 40, 36),     # no 16-byte copies: the prologue path
     "fused": _fused,
     "batched": _batched,
+    "row_sliced": _row_sliced,
 }
 
 # Points of the schedule space that differ in every parameter; `None` is codegen's default.

@@ -54,6 +54,15 @@ def test_tma_splits_k_across_a_cluster_and_compiles(bm: int, bn: int, split_k: i
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90a"))
 
 
+def test_wgmma_copies_with_cp_async_where_tma_cannot_address_an_operand() -> None:
+    schedule = {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
+    _, kernel = matmul_program(MATMUL_CASES["row_sliced"](), schedule)
+    assert kernel.arch == "sm_90a" and not kernel.tensor_maps and "cp_async_16(s_a" in kernel.source
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90a"))
+    _, split = matmul_program(MATMUL_CASES["row_sliced"](), {**schedule, "split_k": 2})
+    assert split.arch is None and "mma.sync.aligned.m16n8k16" in split.source   # cp.async wgmma does not split
+
+
 def test_wgmma_falls_back_to_mma_sync_where_an_operand_is_not_a_plain_copy() -> None:
     schedule = {"bm": 128, "bn": 128, "bk": 64, "stages": 3, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
     _, fused = matmul_program(MATMUL_CASES["fused"](), schedule)   # A is scaled first: a prologue
