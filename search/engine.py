@@ -36,7 +36,7 @@ from .mcts import MCTSConfig, mcts
 from .partition import partition, unfused
 from .prune import AbstractChecker
 from .space import Boundaries, Candidate, CandidateSpace
-from .verify import VerificationError, verify_program
+from .verify import Draw, VerificationError, verify_program
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,7 @@ class _Run:
     measured: dict[Candidate, float] = field(default_factory=dict)
     rejected: dict[Candidate, str] = field(default_factory=dict)    # verdicts of candidates measure refused
     verdicts: dict[Boundaries, bool] = field(default_factory=dict)
+    draws: dict[int, Draw | None] = field(default_factory=dict)   # verify_program's memo: inputs, reference per draw
     history: list[dict[str, Any]] = field(default_factory=list)
     stats: SearchStats = field(default_factory=SearchStats)
 
@@ -131,7 +132,8 @@ class _Run:
         boundaries = candidate.boundaries
         if boundaries not in self.verdicts:
             try:
-                verify_program(self.graph, self.space.build(candidate), self.seed, self.cfg.verify_draws, large=True)
+                verify_program(self.graph, self.space.build(candidate), self.seed, self.cfg.verify_draws, large=True,
+                               memo=self.draws)
                 self.verdicts[boundaries] = True
                 self.stats.verified += 1
             except VerificationError:

@@ -78,22 +78,35 @@ def tolerance(output: Node) -> float:
 
 
 SHORT_MAX = 4            # a max over this many elements or fewer is elementwise in disguise
+MEMO_BYTES = 1 << 30      # the most one remembered draw may hold (inputs and reference outputs)
 LARGE_MAGNITUDE = 80.0   # softmax and log-sum-exp inputs up to +-80: exp overflows float32 unless the max is taken
 
 
+Draw = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]   # inputs, and the reference's outputs on them
+
+
 def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int = 2,
-                   large: bool = False) -> list[Check]:
+                   large: bool = False, memo: dict[int, Draw | None] | None = None) -> list[Check]:
     """Execute the KernelProgram in numpy on `draws` fresh input sets; raise VerificationError on a mismatch.
 
     With `large`, a softmax-like graph (a max reduction and an exponential) also gets a draw uniform in
     +-LARGE_MAGNITUDE, where its dtypes allow it (`large_inputs` returns None where they do not).
+    `memo` keeps each draw's inputs and reference outputs between calls for the same graph and seed, so
+    that verifying many candidate programs of one graph evaluates the reference once per draw.
     """
     checks: list[Check] = []
-    draws_inputs = [random_inputs(graph, seed + draw) for draw in range(draws)]   # magnitude: the `large` draw
-    if large and (wide := large_inputs(graph, seed + draws)) is not None:
-        draws_inputs.append(wide)
-    for draw, inputs in enumerate(draws_inputs):
-        checks = compare(graph, program.execute(inputs), evaluate(graph, inputs))
+    for draw in range(draws + (1 if large else 0)):
+        if memo is not None and draw in memo:
+            found = memo[draw]
+        else:
+            inputs = random_inputs(graph, seed + draw) if draw < draws else large_inputs(graph, seed + draw)
+            found = None if inputs is None else (inputs, evaluate(graph, inputs))   # None: no large draw applies
+            if memo is not None and (found is None or _nbytes(found) <= MEMO_BYTES):
+                memo[draw] = found
+        if found is None:
+            continue
+        inputs, reference = found
+        checks = compare(graph, program.execute(inputs), reference)
         failed = [c for c in checks if not c.ok]
         if failed:
             worst = failed[0]
@@ -101,6 +114,10 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
                                     f" output {worst.output!r}: relative L2 error {worst.error:.3g} >"
                                     f" {worst.tolerance:g} (seed {seed + draw})")
     return checks
+
+
+def _nbytes(draw: Draw) -> int:
+    return sum(array.nbytes for values in draw for array in values.values())
 
 
 def softmax_like(graph: Graph) -> bool:

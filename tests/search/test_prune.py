@@ -19,6 +19,7 @@ from tensorsmith.search import engine, space as space_module
 from tensorsmith.search.partition import build_program, partition, unfused
 from tensorsmith.search.prune import AbstractChecker, feasible_schedules, kernel_facts
 from tensorsmith.search.space import CandidateSpace
+from tensorsmith.search import verify as verify_module
 from tensorsmith.search.verify import VerificationError, large_inputs, verify_program
 
 SM90 = get_target("sm90")
@@ -181,3 +182,18 @@ def test_a_draw_of_large_magnitudes_catches_an_unstable_softmax() -> None:
         verify_program(g, unstable, seed=0, large=True)          # the large draw does not
     assert CandidateSpace(g, SM90).check_program(unstable) is False   # and Z3 sees a different expression
     assert large_inputs(CASES["pointwise_math"](), seed=0) is None    # a max of two is not softmax-like
+
+
+def test_remembered_draws_evaluate_the_reference_once_and_still_catch_a_wrong_program(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    g = affine_graph()
+    evaluations = []
+    real_evaluate = verify_module.evaluate
+    monkeypatch.setattr(verify_module, "evaluate", lambda *a: evaluations.append(1) or real_evaluate(*a))
+    memo: dict = {}
+    verify_program(g, partition(g), seed=0, memo=memo)
+    verify_program(g, unfused(g), seed=0, memo=memo)
+    assert len(evaluations) == 2 and sorted(memo) == [0, 1]      # two draws, each evaluated once
+    with pytest.raises(VerificationError, match="affine"):
+        verify_program(g, rewrite_body(partition(g), drop_bias), seed=0, memo=memo)
+    assert len(evaluations) == 2
