@@ -71,16 +71,29 @@ SEMANTICS: dict[Op, Callable[..., np.ndarray]] = {
 }
 
 
-def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
+# Elementwise float ops that may write their result over a source's array (numpy ufuncs with `out`).
+IN_PLACE: dict[Op, Callable[..., np.ndarray]] = {
+    Op.EXP2: np.exp2, Op.LOG2: np.log2, Op.SIN: np.sin, Op.SQRT: np.sqrt, Op.ADD: np.add, Op.MUL: np.multiply,
+    Op.RECIP: lambda x, out: np.divide(1.0, x, out=out),
+}
+
+
+def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
+                   roots_only: bool = False) -> dict[int, np.ndarray]:
     """Values of every node needed for `roots`, keyed by id(node); INPUT nodes read `leaves[name]`.
 
     A matrix product written as sum(expand(a) * expand(b)) is evaluated with np.matmul rather than by
     materialising its (..., M, K, N) product: the same float64 value, without the M*K*N memory.
+    With `roots_only` the caller reads the roots' values alone, so an elementwise op may compute into the
+    array of a source that nothing else reads (large graphs then allocate, and fault in, far less memory);
+    the other values are then not to be read.
     """
     roots = list(roots)
     order = toposort(roots)
     matmuls = {id(n): m for n in order if (m := match_matmul(n)) is not None}
     needed = _needed(roots, matmuls)
+    readers = _readers(order, needed, matmuls, roots) if roots_only else {}
+    owned: set[int] = set()   # nodes whose value is a float64 array this evaluation allocated
     values: dict[int, np.ndarray] = {}
     with np.errstate(all="ignore"):
         for node in order:
@@ -93,9 +106,33 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray]) -> d
                 lhs = values[id(match.lhs.srcs[0])][..., 0]            # (..., M, K)
                 rhs = values[id(match.rhs.srcs[0])][..., 0, :, :]      # (..., K, N)
                 values[id(node)] = np.matmul(lhs, rhs).astype(_host_dtype(node.dtype), copy=False)
+            elif roots_only and node.op in IN_PLACE and _host_dtype(node.dtype) is np.float64:
+                sources = [values[id(s)] for s in node.srcs]
+                spare = next((s for s in node.srcs if id(s) in owned and readers[id(s)] == 1
+                              and values[id(s)].shape == node.shape), None)
+                if spare is not None:
+                    values[id(node)] = IN_PLACE[node.op](*sources, out=values.pop(id(spare)))
+                    owned.discard(id(spare))
+                else:
+                    values[id(node)] = SEMANTICS[node.op](node, *sources)
+                if values[id(node)].dtype == np.float64:
+                    owned.add(id(node))
             else:
                 values[id(node)] = SEMANTICS[node.op](node, *(values[id(s)] for s in node.srcs))
     return values
+
+
+def _readers(order: list[Node], needed: set[int], matmuls: dict[int, MatmulMatch], roots: list[Node]) -> dict[int, int]:
+    """How many reads each needed node's value gets: one per consuming node, one per root."""
+    readers = dict.fromkeys(needed, 0)
+    for node in order:
+        if id(node) in needed:
+            match = matmuls.get(id(node))
+            for source in [match.lhs.srcs[0], match.rhs.srcs[0]] if match else node.srcs:
+                readers[id(source)] += 1
+    for root in roots:
+        readers[id(root)] += 1
+    return readers
 
 
 def _needed(roots: list[Node], matmuls: dict[int, MatmulMatch]) -> set[int]:
@@ -146,5 +183,5 @@ def evaluate(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.ndarray
     """
     if not graph.outputs:
         raise InputError(f"graph {graph.name!r} has no outputs")
-    values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs))
+    values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs), roots_only=True)
     return {name: np.array(values[id(node)]) for name, node in graph.outputs.items()}

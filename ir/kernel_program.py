@@ -103,7 +103,7 @@ class KernelProgram:
         memory: dict[str, np.ndarray] = {name: round_to(np.asarray(inputs[name]), self.buffers[name].dtype)
                                          for name in self.inputs}
         for kernel in self.kernels:
-            values = evaluate_nodes([node for _, node in kernel.outputs], memory)
+            values = evaluate_nodes([node for _, node in kernel.outputs], memory, roots_only=True)
             for name, node in kernel.outputs:
                 memory[name] = round_to(np.asarray(values[id(node)]), self.buffers[name].dtype)
         return {out: memory[buf] for out, buf in self.outputs.items()}

@@ -10,7 +10,10 @@ import pytest
 
 import tensorsmith as ts
 from tensorsmith.ir import Op
+from graph_cases import CASES
 from tensorsmith.ir import primitives as P
+from tensorsmith.ir.interpreter import check_inputs, evaluate_nodes
+from tensorsmith.search.verify import random_inputs
 
 EXACT = dict(rtol=1e-12, atol=0)
 
@@ -517,3 +520,29 @@ def test_evaluate_accepts_lists_and_python_scalars():
     s = g.input("s", (), "float32")
     g.output("y", x * s)
     np.testing.assert_array_equal(ts.evaluate(g, {"x": [1.5, -2.0, 3.0], "s": 2.0})["y"], [3.0, -4.0, 6.0])
+
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_computing_into_dead_sources_gives_the_same_outputs_and_leaves_inputs_alone(case: str) -> None:
+    graph = CASES[case]()
+    leaves = check_inputs(graph, random_inputs(graph, seed=4))
+    before = {name: array.copy() for name, array in leaves.items()}
+    fresh = evaluate_nodes(graph.outputs.values(), leaves)
+    reused = evaluate_nodes(graph.outputs.values(), leaves, roots_only=True)
+    for node in graph.outputs.values():
+        np.testing.assert_array_equal(reused[id(node)], fresh[id(node)])
+    for name, array in leaves.items():
+        np.testing.assert_array_equal(array, before[name])
+
+
+def test_a_chain_of_elementwise_ops_reuses_one_array() -> None:
+    g = ts.Graph("chain")
+    x = g.input("x", (64, 64), "float32")
+    g.output("y", ((x * 2 + 1).exp2() * x).sqrt())
+    leaves = check_inputs(g, {"x": np.abs(np.random.default_rng(0).standard_normal((64, 64))).astype(np.float32)})
+    (y,) = g.outputs.values()
+    values = evaluate_nodes([y], leaves, roots_only=True)
+    # x * 2 is new; + 1, exp2, * x and sqrt each write over their source's array, which is let go
+    assert len(values) < len(evaluate_nodes([y], leaves))
+    np.testing.assert_allclose(values[id(y)], np.sqrt(np.exp2(leaves["x"] * 2 + 1) * leaves["x"]))
