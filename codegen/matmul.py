@@ -123,15 +123,15 @@ def _tma(context: dict, batch_names: list[str]) -> dict:
     if a is None or b is None:
         return {}
     (spec_a, loads_a), (spec_b, loads_b) = a, b
-    threads = context["block"][0] + 128
+    threads, split_k = context["block"][0] + 128, context["split_k"]
+    partials = 4 * context["bm"] * (context["bn"] + PARTIAL_PAD) + WGMMA_ALIGN   # split K: fp32 partial sums
     return {
         "template": "matmul_tma", "block": (threads, 1, 1), "tensor_maps": [spec_a, spec_b],
         "tma_loads": loads_a + loads_b, "tma_ranks": sorted({len(spec_a.dims), len(spec_b.dims)}),
-        "shared_bytes": max(context["shared_bytes"], 4 * context["bm"] * (context["bn"] + PARTIAL_PAD) + WGMMA_ALIGN)
-                        if context["split_k"] > 1 else context["shared_bytes"],
+        "shared_bytes": max(context["shared_bytes"], partials) if split_k > 1 else context["shared_bytes"],
         "strategy": context["strategy"].replace("cp.async pipeline", "TMA pipeline, warp-specialised (one "
                                                 "producer warpgroup, BM / 64 consumer warpgroups)")
-                    + (f", K split between the {context['split_k']} blocks of a cluster" if context["split_k"] > 1 else ""),
+                    + (f", K split between the {split_k} blocks of a cluster" if split_k > 1 else ""),
     }
 
 

@@ -71,7 +71,8 @@ SEMANTICS: dict[Op, Callable[..., np.ndarray]] = {
 }
 
 
-# Elementwise float ops that may write their result over a source's array (numpy ufuncs with `out`).
+# Elementwise float ops that may write their result over a source's array: SEMANTICS' functions, with `out`
+# (tests/ir/test_interpreter.py checks both ways give the same values on every graph case).
 IN_PLACE: dict[Op, Callable[..., np.ndarray]] = {
     Op.EXP2: np.exp2, Op.LOG2: np.log2, Op.SIN: np.sin, Op.SQRT: np.sqrt, Op.ADD: np.add, Op.MUL: np.multiply,
     Op.RECIP: lambda x, out: np.divide(1.0, x, out=out),

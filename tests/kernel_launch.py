@@ -30,8 +30,8 @@ def run_rendered(program: KernelProgram, kernels: Sequence[RenderedKernel],
         cubin = compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90")
         function = runtime.Module(cubin).function(kernel.name)
         pointers = {name: buf.ptr for name, buf in buffers.items()}
-        runtime.launch(function, kernel.grid, kernel.block, launch_arguments(kernel.params, kernel.tensor_maps, pointers),
-                       kernel.shared_bytes, sync=True)
+        args = launch_arguments(kernel.params, kernel.tensor_maps, pointers)
+        runtime.launch(function, kernel.grid, kernel.block, args, kernel.shared_bytes, sync=True)
     outputs = {}
     for out, name in program.outputs.items():
         buf = program.buffers[name]

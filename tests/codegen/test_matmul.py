@@ -34,8 +34,10 @@ def test_wgmma_renders_for_every_operand_layout_and_compiles_for_sm90a(a_t: bool
     # TMA: one tensor map per operand, innermost dimension first; a K-major operand is one box of its tile's
     # rows x 64 K, an MN-major one tile / 64 boxes of 64 x 64
     map_a, map_b = kernel.tensor_maps
-    assert (map_a.buffer, map_a.dims, map_a.box) == ("a", (200, 136) if a_t else (136, 200), (64, 64) if a_t else (64, 128))
-    assert (map_b.buffer, map_b.dims, map_b.box) == ("b", (136, 328) if b_t else (328, 136), (64, bn) if b_t else (64, 64))
+    assert (map_a.buffer, map_a.dims, map_a.box) == ("a", (200, 136) if a_t else (136, 200),
+                                                     (64, 64) if a_t else (64, 128))
+    assert (map_b.buffer, map_b.dims, map_b.box) == ("b", (136, 328) if b_t else (328, 136),
+                                                     (64, bn) if b_t else (64, 64))
     boxes = kernel.source.count("tma_load(s_")
     assert boxes == (2 if a_t else 1) + (1 if b_t else bn // 64)
     assert "const __grid_constant__ TensorMap tmap_1)" in kernel.source

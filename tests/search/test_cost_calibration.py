@@ -47,7 +47,7 @@ def test_the_models_choice_is_within_25_percent_of_the_fastest_measured_schedule
     for shape, times in _by_shape().items():
         fastest = min(measured for measured, _ in times)
         chosen = min(times, key=lambda pair: pair[1])[0]
-        assert chosen <= 1.25 * fastest, f"{shape}: the model's choice ran {chosen:.1f} us, the fastest {fastest:.1f} us"
+        assert chosen <= 1.25 * fastest, f"{shape}: the model's choice ran {chosen:.1f} us, the fastest {fastest:.1f}"
 
 
 def test_predictions_are_within_a_factor_of_about_1_2_in_the_median() -> None:
