@@ -3,7 +3,8 @@
 # every example, then the benchmarks; logs go under $OUT, short tables print last.
 # From the project root here:  ../shared/tools/device-wheels.sh   (once; builds .whl/)
 # Then through the device tool, carrying .whl:  bash benchmarks/h200.sh [tests|examples|memory|matmul|attention ...]
-# (no argument: all of them; about 12 minutes, so split it over two calls; BUDGET=15 shortens each example's search)
+# (no argument: all of them; about 12 minutes, so split it over two calls; BUDGET=15 shortens each example's search,
+# ONLY=gelu,softmax picks memory-bound rows)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 STEPS=${*:-tests examples memory matmul attention}
@@ -19,7 +20,7 @@ examples) for model in examples/*.py; do
             || echo "compile $name FAILED"
         python3 -m tensorsmith.cli run "$OUT/$name" --check --device cuda | tail -1
     done 2>&1 | tee $OUT/examples.log ;;
-memory) python3 benchmarks/memory_bound.py 2>&1 | tee $OUT/memory_bound.log | tail -8 ;;
+memory) python3 benchmarks/memory_bound.py ${ONLY:+--only $ONLY} 2>&1 | tee $OUT/memory_bound.log | tail -8 ;;
 matmul) (cd benchmarks && python3 matmul.py --sweep && python3 matmul.py --sweep --quick --dtype bfloat16) 2>&1 \
         | tee $OUT/matmul.log | grep -E "^ *[0-9]+ x|default|WRONG|float16" ;;
 attention) (cd benchmarks && python3 attention.py --sweep) 2>&1 | tee $OUT/attention.log | tail -30 ;;
