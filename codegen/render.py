@@ -23,7 +23,7 @@ from .emit import (COMPUTE_TYPE, Emitter, NotFusable, delinearize, is_inline_red
                    reduce_init)
 from .attention import attention_body
 from .matmul import matmul_body
-from .schedules import ARCHETYPES, default_schedule
+from .schedules import ARCHETYPES, HOPPER, default_schedule
 from .tensor_map import TensorMapSpec
 
 MEASURED_PLACEHOLDER = "measured: not yet (rendered before profiling)"
@@ -56,16 +56,16 @@ def _environment() -> jinja2.Environment:
                               trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
 
 
-def render_program(program: KernelProgram, version: str = "") -> list[RenderedKernel]:
-    """Every kernel of `program`, in order."""
-    return [render_kernel(program, position, version) for position in range(len(program.kernels))]
+def render_program(program: KernelProgram, version: str = "", arch: str = HOPPER) -> list[RenderedKernel]:
+    """Every kernel of `program`, in order (kernels without a schedule at `arch`'s default)."""
+    return [render_kernel(program, position, version, arch) for position in range(len(program.kernels))]
 
 
-def render_kernel(program: KernelProgram, position: int, version: str = "") -> RenderedKernel:
+def render_kernel(program: KernelProgram, position: int, version: str = "", arch: str = HOPPER) -> RenderedKernel:
     """One kernel's CUDA source and launch shape; raises NotFusable if its archetype cannot take the body."""
     kernel = program.kernels[position]
     shapes = {name: buf.shape for name, buf in program.buffers.items()}
-    schedule = kernel.schedule if kernel.schedule.params else default_schedule(kernel, shapes)
+    schedule = kernel.schedule if kernel.schedule.params else default_schedule(kernel, shapes, arch)
     if kernel.archetype == "pointwise":
         body, extra = _pointwise_body(kernel, shapes, schedule)
     elif kernel.archetype == "row_reduce":

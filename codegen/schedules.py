@@ -20,13 +20,17 @@ MIN_TILES_PER_SPLIT = 4    # K tiles each block of a split keeps, so its pipelin
 ELEMENTS_PER_THREAD = 8   # aim for this many elements of a row per thread in each strided loop
 
 
-def default_schedule(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Schedule:
-    """A sensible schedule before search tunes it: enough threads per row to keep ~8 elements each."""
+HOPPER = "sm_90"   # thread-block clusters, TMA and wgmma
+
+
+def default_schedule(kernel: Kernel, shapes: dict[str, tuple[int, ...]], arch: str = HOPPER) -> Schedule:
+    """A sensible schedule before search tunes it, for the target architecture `arch` (NVRTC's name): enough
+    threads per row to keep ~8 elements each; for a matmul, Hopper's features only on Hopper."""
     if kernel.archetype == "pointwise":   # 16-byte accesses where the last axis allows
         from .render import pointwise_vector_width   # render imports this module
         return Schedule.of(block=256, vec=pointwise_vector_width(kernel, shapes))
     if kernel.archetype == "matmul":
-        return _matmul_default(kernel, shapes)
+        return _matmul_default(kernel, shapes, arch == HOPPER)
     if kernel.archetype == "attention":
         return _attention_default(kernel)
     from .render import vector_width   # render imports this module
@@ -40,7 +44,7 @@ def default_schedule(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Sche
     return Schedule.of(row_threads=row_threads, block=row_threads if row_threads > 32 else 256, vec=vec)
 
 
-def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Schedule:
+def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: bool) -> Schedule:
     """128x128 tiles where M is large; narrower ones, with K split across a cluster, where tiles are too few.
     Where both operands are plain copies, Hopper's wgmma on TMA (measured on the H200 at 4096^3 fp16: 232 us
     against mma.sync's 540), with 128x256 tiles where those still fill the GPU, and 64 or 128 rows split across
@@ -53,9 +57,10 @@ def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Sched
     tile_n = 128 if cols >= 128 else 64
     tiles = -(-rows // tile_m) * -(-cols // tile_n) * math.prod(match.batch_shape)
     bk, split_k = 64, 1
-    while split_k < 8 and tiles * split_k < BUSY_BLOCKS and depth // (bk * split_k * 2) >= MIN_TILES_PER_SPLIT:
+    while (hopper and split_k < 8 and tiles * split_k < BUSY_BLOCKS   # a split needs a cluster: Hopper
+           and depth // (bk * split_k * 2) >= MIN_TILES_PER_SPLIT):
         split_k *= 2
-    if (split_k > 1 or tile_m == 128) and takes_wgmma(kernel, shapes):
+    if hopper and (split_k > 1 or tile_m == 128) and takes_wgmma(kernel, shapes):
         wide = split_k == 1 and cols >= 256 and tiles // 2 >= BUSY_BLOCKS
         bm = 128 if tile_m == 128 else 64
         return Schedule.of(bm=bm, bn=256 if wide else 128, bk=64, stages=4, warps_m=bm // 64, warps_n=4,

@@ -99,7 +99,7 @@ def _verify(c: Compilation) -> None:
 
 
 def _render(c: Compilation) -> None:
-    c.rendered = render_program(c.kernel_program, VERSION)
+    c.rendered = render_program(c.kernel_program, VERSION, c.target.arch)
 
 
 def _nvrtc(c: Compilation) -> None:

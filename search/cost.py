@@ -76,9 +76,9 @@ class KernelCost:
     bound: str                # what bounds a full wave: "dram", "cache", "compute" or "latency"
 
 
-def schedule_of(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> Schedule:
+def schedule_of(kernel: Kernel, shapes: dict[str, tuple[int, ...]], target: Target) -> Schedule:
     """The kernel's schedule, or codegen's default where search has not chosen one."""
-    return kernel.schedule if kernel.schedule.params else default_schedule(kernel, shapes)
+    return kernel.schedule if kernel.schedule.params else default_schedule(kernel, shapes, target.arch)
 
 
 def kernel_flops(kernel: Kernel) -> float:
@@ -105,7 +105,7 @@ def kernel_cost(kernel: Kernel, program: KernelProgram, target: Target) -> Kerne
     """Occupancy, waves and the roofline of each wave for `kernel` under its schedule."""
     shapes = {name: buf.shape for name, buf in program.buffers.items()}
     try:
-        schedule = schedule_of(kernel, shapes)
+        schedule = schedule_of(kernel, shapes, target)
         geometry = launch_geometry(kernel, shapes, schedule)
     except NotFusable:
         return KernelCost(math.inf, 0.0, 0.0, 0.0, 0, 0, 0, 0.0, math.inf, "illegal")

@@ -108,7 +108,9 @@ def schedule_constraints(facts: KernelFacts, target: Target) -> tuple[dict[str, 
                   ("wgmma: a warpgroup per 64 rows, BK 64, 3+ stages",
                    z3.Implies(var["wgmma"] == 1, z3.And(var["bk"] == 64, var["warps_n"] == 4,
                                                         var["bm"] == 64 * var["warps_m"], var["stages"] >= 3))),
-                  ("wgmma only on Hopper (sm_90a)", z3.Or(var["wgmma"] == 0, z3.BoolVal(target.arch == "sm_90")))]
+                  ("wgmma only on Hopper (sm_90a)", z3.Or(var["wgmma"] == 0, z3.BoolVal(target.arch == "sm_90"))),
+                  ("K split across a thread-block cluster only on Hopper (sm_90)",
+                   z3.Or(var["split_k"] == 1, z3.BoolVal(target.arch == "sm_90")))]
     elif facts.archetype == "attention":
         rules += _attention_constraints(facts, target, var["bq"], var["bkv"])
     return var, rules

@@ -183,7 +183,7 @@ class CandidateSpace:
         self.stats.kernels_scheduled += 1
         try:
             facts = kernel_facts(kernel, shapes)
-            default = default_schedule(kernel, shapes)
+            default = default_schedule(kernel, shapes, self.target.arch)
         except NotFusable:
             return ScheduleOptions((), ())
         self.stats.schedules_considered += schedule_space_size(kernel.archetype)

@@ -8,8 +8,9 @@ import tensorsmith as ts
 from matmul_cases import MATMUL_CASES, MATMUL_SCHEDULES, matmul_program
 from tensorsmith.codegen.matmul import shared_bytes, wgmma_shared_bytes
 from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
-from tensorsmith.codegen.schedules import is_valid
+from tensorsmith.codegen.schedules import default_schedule, is_valid
 from tensorsmith.ir.kernel_program import Schedule
+from tensorsmith.search.partition import partition
 
 
 @pytest.mark.parametrize("case", sorted(MATMUL_CASES))
@@ -116,3 +117,22 @@ def _product_graph(m: int, n: int, k: int, a_t: bool = False, b_t: bool = False)
     b = g.input("b", (n, k) if b_t else (k, n), "float16")
     g.output("c", (a.transpose(0, 1) if a_t else a) @ (b.transpose(0, 1) if b_t else b))
     return g
+
+
+@pytest.mark.parametrize("m", [16, 4096])
+def test_an_sm80_compile_uses_no_hopper_feature(m: int) -> None:
+    """No thread-block cluster (split K), wgmma or TMA where the target is an A100: the defaults and the
+    search's schedules both, so that the program compiles for sm_80."""
+    graph = _product_graph(m, 1024, 2048)
+    program = ts.compile(graph, target="sm80", profile=False, budget_s=2)
+    (kernel,) = program.kernels
+    body = kernel.source.split('extern "C"')[1]
+    assert kernel.schedule["split_k"] == 1 and kernel.schedule["wgmma"] == 0 and not kernel.tensor_maps
+    assert "__cluster_dims__" not in body and "wgmma_m64" not in body
+    _, default = matmul_program(graph, None)
+    assert default.schedule["wgmma"] == 1 or default.schedule["split_k"] > 1   # on sm90 the default does use them
+    assert default_schedule(partition(graph).kernels[0], _shapes(graph), "sm_80")["split_k"] == 1
+
+
+def _shapes(graph: ts.Graph) -> dict[str, tuple[int, ...]]:
+    return {name: buf.shape for name, buf in partition(graph).buffers.items()}

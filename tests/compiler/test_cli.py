@@ -141,9 +141,9 @@ def test_an_nvrtc_failure_is_reported_with_the_source_saved(tmp_path: Path, monk
 
     render = pipeline.render_program
 
-    def broken(program, version=""):   # a compiler bug: codegen emits C that does not compile
+    def broken(program, version="", arch="sm_90"):   # a compiler bug: codegen emits C that does not compile
         return [dataclasses.replace(k, source=k.source.replace("const idx_t", "const idx_t idx_t"))
-                for k in render(program, version)]
+                for k in render(program, version, arch)]
 
     monkeypatch.setattr(pipeline, "render_program", broken)
     out = tmp_path / "out"
