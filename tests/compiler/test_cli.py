@@ -159,7 +159,7 @@ def test_an_internal_error_is_one_line_exit_1_and_no_output(tmp_path: Path, monk
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     from tensorsmith import pipeline
 
-    def broken(program, version=""):   # a compiler bug, as the H200 once met in render: a plain IndexError
+    def broken(program, version="", arch="sm_90"):   # a compiler bug, as the H200 once met in render: an IndexError
         raise IndexError("tuple index out of range")
 
     monkeypatch.setattr(pipeline, "render_program", broken)
