@@ -44,6 +44,13 @@ def _batched() -> ts.Graph:
     return g
 
 
+def _shared_weight() -> ts.Graph:
+    """A batch of activations against one weight (an LLM projection): 72 rows per batch, fewer than a tile's."""
+    g = ts.Graph("shared_weight")
+    g.output("c", g.input("x", (3, 72, 128), "float16") @ g.input("w", (128, 200), "float16"))
+    return g
+
+
 def _row_sliced() -> ts.Graph:
     """A's rows start 3 rows into its buffer: plain 16-byte copies, but not a box TMA can address by tile
     coordinates, so wgmma schedules copy it with cp.async (matmul_wgmma.cu.j2)."""
@@ -63,6 +70,7 @@ MATMUL_CASES: dict[str, Callable[[], ts.Graph]] = {
     "fused": _fused,
     "batched": _batched,
     "row_sliced": _row_sliced,
+    "shared_weight": _shared_weight,
 }
 
 # Points of the schedule space that differ in every parameter; `None` is codegen's default.

@@ -57,6 +57,16 @@ def test_tma_splits_k_across_a_cluster_and_compiles(bm: int, bn: int, split_k: i
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90a"))
 
 
+def test_tma_boxes_stop_at_each_batch_of_a_shared_weight_product() -> None:
+    schedule = {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
+    _, kernel = matmul_program(MATMUL_CASES["shared_weight"](), schedule)
+    map_x, map_w = kernel.tensor_maps
+    # x's map is 3-D, so a 128-row box at rows 0..71 of batch b reads zeros past row 71, not batch b + 1
+    assert (map_x.dims, map_x.box, map_w.dims) == ((128, 72, 3), (64, 128, 1), (200, 128))
+    assert "tma_load(s_a + 0, &tmap_0, &full[stage], k0, (int)block_m, (int)b0);" in kernel.source
+    assert kernel.grid == (2, 1, 3)
+
+
 def test_wgmma_copies_with_cp_async_where_tma_cannot_address_an_operand() -> None:
     schedule = {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
     _, kernel = matmul_program(MATMUL_CASES["row_sliced"](), schedule)
