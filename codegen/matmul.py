@@ -4,6 +4,10 @@
 iteration space, where a' is constant along N and b' along M. Any subgraph may sit under the two
 operands (a transpose, a cast, an activation): it becomes the prologue of the tile loads. Whatever the
 output computes from the sum elementwise (bias, activation, residual) becomes the epilogue.
+
+Three templates: mma.sync fed by cp.async (matmul.cu.j2) takes any operands; with a wgmma schedule, operands
+that are plain fp16/bf16 buffers are copied by TMA into Hopper's warpgroup MMA (matmul_tma.cu.j2), or by
+cp.async where TMA cannot address them by tile coordinates (matmul_wgmma.cu.j2).
 """
 from __future__ import annotations
 
