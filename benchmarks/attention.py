@@ -27,6 +27,7 @@ from tensorsmith import nn
 from tensorsmith.codegen import runtime
 from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.codegen.render import render_kernel
+from tensorsmith.codegen.tensor_map import launch_arguments
 from tensorsmith.ir.kernel_program import Schedule
 from tensorsmith.search.partition import partition
 from tensorsmith.search.verify import relative_l2
@@ -37,8 +38,9 @@ from memory_bound import time_torch
 ROWS = [("causal prefill", 4, 32, 2048, 2048, 128, True),
         ("prefill", 4, 32, 2048, 2048, 128, False),
         ("decode", 4, 32, 1, 4096, 128, False)]
-SWEEP = [None, dict(bq=128, bkv=64), dict(bq=128, bkv=32), dict(bq=128, bkv=128), dict(bq=64, bkv=64),
-         dict(bq=64, bkv=32), dict(bq=16, bkv=32)]   # None: codegen's default for the shape
+SWEEP = [None, dict(bq=128, bkv=128, wgmma=1), dict(bq=128, bkv=64, wgmma=1), dict(bq=128, bkv=64, wgmma=0),
+         dict(bq=128, bkv=128, wgmma=0), dict(bq=64, bkv=64, wgmma=0), dict(bq=16, bkv=32, wgmma=0)]
+# None: codegen's default for the shape
 
 
 def attention_graph(batch: int, heads: int, queries: int, keys: int, dim: int, dtype: str, causal: bool) -> ts.Graph:
@@ -76,8 +78,9 @@ def time_kernel(graph: ts.Graph, schedule: dict[str, int] | None, tensors: dict[
     if schedule is not None:
         kernel = dataclasses.replace(kernel, schedule=Schedule.of(**schedule))
     rendered = render_kernel(dataclasses.replace(program, kernels=[kernel]), 0)
-    function = runtime.Module(compile_cubin(rendered.source, rendered.name, arch="sm_90")).function(rendered.name)
-    args = [np.uint64(tensors[p].data_ptr()) for p in rendered.params]
+    function = runtime.Module(compile_cubin(rendered.source, rendered.name, arch=rendered.arch or "sm_90")
+                              ).function(rendered.name)
+    args = launch_arguments(rendered.params, rendered.tensor_maps, {name: t.data_ptr() for name, t in tensors.items()})
 
     def run() -> None:
         runtime.launch(function, rendered.grid, rendered.block, args, rendered.shared_bytes)

@@ -24,6 +24,7 @@ from tensorsmith.ir.patterns import MASK_LIMIT, AttentionMatch, attention_index,
 
 from .emit import Emitter, NotFusable, c_literal, delinearize, row_major_strides
 from .matmul import MMA_TYPES
+from .tensor_map import TensorMapSpec
 
 HEAD_DIM_STEP = 16     # one k16 step of Q K^T and one pair of n8 output tiles
 MAX_HEAD_DIM = 256     # the output accumulators of a row (DV / 2 floats per thread) must stay in registers
@@ -34,6 +35,13 @@ MMA_BYTES = 2          # fp16 and bf16
 DECODE_BQ = 16         # a block of this many queries splits the key tiles between its warps
 DECODE_WARPS = 4
 OTHER_REGISTERS = 40   # addresses, indices, the softmax state: what a thread holds besides its fragments
+TMA_BQ = 128           # attention_tma.cu.j2: two consumer warpgroups of 64 query rows
+TMA_STAGES = 2         # K and V tiles in flight
+TMA_MAX_DV = 128       # a consumer thread holds DV / 2 output accumulators besides BKV / 2 scores
+TMA_MAX_RANK = 5       # dimensions of a TMA tensor map
+TMA_SHARED_LIMIT = 227 * 1024   # dynamic shared memory a Hopper block may opt in to
+WGMMA_ARCH = "sm_90a"  # wgmma and setmaxnreg need the architecture-specific target
+WGMMA_ALIGN = 1024     # the 128-byte swizzle repeats every 1024 bytes: tiles start on such a boundary
 
 
 def attention_match(node: Node) -> AttentionMatch | None:
@@ -115,7 +123,7 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         how += f"; the {split} warps split the key tiles and merge their partial results in shared memory"
     if skip:
         how += "; key tiles past the causal diagonal skipped"
-    return {
+    context = {
         "coords": coords, "batch": batches, "tq": tq, "tk": tk, "dqk": dqk, "dv": dv, "bq": bq, "bkv": bkv,
         "warps": warps, "split": split, "mma_type": mma_type, **rows,
         "score": score, "score_unmasked": unmasked, "mask_offset": offset if match.mask is not None else None,
@@ -124,6 +132,80 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         "block": (32 * warps, 1, 1), "grid": (-(-tq // bq) * batches, 1, 1),
         "shared_bytes": shared_bytes(bq, bkv, dqk, dv), "strategy": how,
     }
+    if schedule.as_dict().get("wgmma"):   # else (or where TMA cannot take the operands) mma.sync, as above
+        context.update(_tma(match, batch, qn, kn, context))
+    return context
+
+
+def wgmma_shared_bytes(bq: int, bkv: int, dqk: int, dv: int, stages: int = TMA_STAGES) -> int:
+    """Dynamic shared memory of attention_tma.cu.j2: the Q tile, `stages` K and V tiles, 1024 bytes to align."""
+    return MMA_BYTES * (bq * dqk + stages * bkv * (dqk + dv)) + WGMMA_ALIGN
+
+
+def wgmma_registers_per_thread(bkv: int, dv: int) -> int:
+    """A consumer thread's estimate: output accumulators (DV / 2), scores (BKV / 2), their fp16 pairs (BKV / 4)."""
+    return dv // 2 + bkv // 2 + bkv // 4 + OTHER_REGISTERS
+
+
+def takes_wgmma(bq: int, bkv: int, dqk: int, dv: int) -> bool:
+    """Whether attention_tma.cu.j2's tiling takes these sizes: two consumer warpgroups of 64 query rows, key
+    tiles and head dims in whole 64-element boxes, the output accumulators of a row within a warpgroup's share."""
+    return (bq == TMA_BQ and bkv in (64, 128) and dqk % 64 == 0 and dv % 64 == 0 and dv <= TMA_MAX_DV
+            and wgmma_shared_bytes(bq, bkv, dqk, dv) <= TMA_SHARED_LIMIT)
+
+
+def _tma(match: AttentionMatch, batch: tuple[str, ...], qn: str, kn: str, context: dict) -> dict:
+    """What attention_tma.cu.j2 (Hopper: wgmma fed by TMA) changes in the context, where its tiling takes the
+    sizes and each operand is a buffer TMA can address by (head dim, row, batch) coordinates; else nothing."""
+    bq, bkv, dqk, dv = context["bq"], context["bkv"], context["dqk"], context["dv"]
+    if not takes_wgmma(bq, bkv, dqk, dv):
+        return {}
+    extents = {name: extent for name, extent in zip(batch, match.batch_shape) if name != "0"}
+    plans = [_tma_operand(match.q, batch + (qn, "hd", "0"), qn, {**extents, qn: context["tq"], "hd": dqk}, bq),
+             _tma_operand(match.k, batch + ("0", "hd", kn), kn, {**extents, kn: context["tk"], "hd": dqk}, bkv),
+             _tma_operand(match.v, batch + ("0", kn, "hd"), kn, {**extents, kn: context["tk"], "hd": dv}, bkv)]
+    if any(plan is None for plan in plans):
+        return {}
+    specs = [spec for spec, _ in plans]   # type: ignore[misc]
+    starts = {qn: "(int)q0", kn: "(int)k0", **{name: f"(int){name}" for name in extents}}
+    loads = {}
+    for index, (role, stage, rows) in enumerate((("q", "s_q", bq), ("k", "s_k", bkv), ("v", "s_v", bkv))):
+        spec, names = plans[index]   # type: ignore[misc]
+        loads[f"{role}_loads"] = [
+            {"map": index, "dst": f"{stage} + {block * rows * 128}",
+             "coords": [str(64 * block) if name == "hd" else starts[name] for name in names]}
+            for block in range(spec.dims[0] // 64)]
+    consumers = bq // 64
+    how = (f"one block per {bq} queries of a head: a producer warpgroup copies Q once and K and V tiles of {bkv}"
+           f" keys by TMA into a {TMA_STAGES}-stage ring; {consumers} consumer warpgroups of 64 query rows run"
+           f" S = QK^T (wgmma m64n{bkv}k16) and O += PV (wgmma m64n{dv}k16, P from registers), {context['mma_type']}"
+           " -> float, online softmax in registers")
+    if context["skip_masked"]:
+        how += "; key tiles past the causal diagonal skipped"
+    return {"template": "attention_tma", "arch": WGMMA_ARCH, "stages": TMA_STAGES, "block": (128 * (consumers + 1), 1, 1),
+            "shared_bytes": wgmma_shared_bytes(bq, bkv, dqk, dv), "tensor_maps": specs,
+            "tma_ranks": sorted({len(spec.dims) for spec in specs}), **loads, "strategy": how}
+
+
+def _tma_operand(node: Node, index: tuple[str, ...], row: str, extents: dict[str, int],
+                 box_rows: int) -> tuple[TensorMapSpec, list[str]] | None:
+    """The tensor map of one operand, dimensions innermost first (the head dim, then by stride), and their index
+    names; None where TMA cannot copy it: not a view of an input buffer from its start, a broadcast or repeated
+    axis, the head dim not contiguous, or a stride not in whole 16-byte steps."""
+    layout = _strided(node)
+    if layout is None or layout[0].op != Op.INPUT or layout[2] != 0:
+        return None
+    base, strides, _ = layout
+    terms = [(name, stride) for name, stride in zip(index, strides) if name != "0"]
+    names = [name for name, _ in terms]
+    if (len(set(names)) != len(names) or len(terms) > TMA_MAX_RANK or ("hd", 1) not in terms or row not in names
+            or any(stride == 0 or stride % CHUNK for name, stride in terms if name != "hd")):
+        return None
+    ordered = sorted(terms, key=lambda term: (term[0] != "hd", term[1]))
+    spec = TensorMapSpec(base.arg, tuple(extents[name] for name, _ in ordered),
+                         tuple(MMA_BYTES * stride for _, stride in ordered[1:]),
+                         tuple(64 if name == "hd" else box_rows if name == row else 1 for name, _ in ordered))
+    return spec, [name for name, _ in ordered]
 
 
 def _row_load(node: Node, index: tuple[str, ...], match: AttentionMatch) -> dict:

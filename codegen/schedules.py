@@ -13,7 +13,8 @@ ARCHETYPES: dict[str, dict[str, tuple[int, ...]]] = {
                    "vec": (1, 2, 4, 8)},
     "matmul": {"bm": (32, 64, 128), "bn": (64, 128, 256), "bk": (32, 64), "stages": (2, 3, 4),
                "warps_m": (1, 2, 4), "warps_n": (2, 4), "split_k": (1, 2, 4, 8), "wgmma": (0, 1)},
-    "attention": {"bq": (16, 64, 128), "bkv": (32, 64, 128)},    # bq = 16: decode (warps split the keys)
+    # bq = 16: decode (warps split the keys); wgmma = 1: Hopper's wgmma fed by TMA (bq 128, bkv 64 or 128)
+    "attention": {"bq": (16, 64, 128), "bkv": (32, 64, 128), "wgmma": (0, 1)},
 }
 BUSY_BLOCKS = 128          # blocks that keep every SM of an H100/H200 busy
 MIN_TILES_PER_SPLIT = 4    # K tiles each block of a split keeps, so its pipeline fills
@@ -79,8 +80,8 @@ def _attention_default(kernel: Kernel) -> Schedule:
     match = kernel_attention(out)
     queries, head_dim = (match.dims[0], max(match.dims[2:])) if match is not None else (128, 128)
     if queries <= 16 and head_dim <= 128:
-        return Schedule.of(bq=16, bkv=32)
-    return Schedule.of(bq=128 if queries >= 128 else 64, bkv=128 if head_dim <= 128 else 32)
+        return Schedule.of(bq=16, bkv=32, wgmma=0)
+    return Schedule.of(bq=128 if queries >= 128 else 64, bkv=128 if head_dim <= 128 else 32, wgmma=0)
 
 
 def is_valid(archetype: str, schedule: Schedule) -> bool:
@@ -94,8 +95,9 @@ def is_valid(archetype: str, schedule: Schedule) -> bool:
         return block % threads == 0 and (threads == 32 or block == threads)
     if archetype == "matmul":
         return matmul_schedule_ok(params)
-    if archetype == "attention":   # whole 16-row warps and pairs of n8 score tiles
-        return params["bq"] % 16 == 0 and params["bkv"] % 16 == 0
+    if archetype == "attention":   # whole 16-row warps and pairs of n8 score tiles; wgmma's two warpgroups
+        wgmma_ok = params["bq"] == 128 and params["bkv"] >= 64
+        return params["bq"] % 16 == 0 and params["bkv"] % 16 == 0 and (wgmma_ok or not params["wgmma"])
     return True
 
 

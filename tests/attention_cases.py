@@ -32,9 +32,12 @@ ATTENTION_CASES: dict[str, Case] = {
 
 # every point of the schedule space that fits an H200's shared memory at head dim 128
 ATTENTION_SCHEDULES: list[dict[str, int]] = [
-    {"bq": 16, "bkv": 32}, {"bq": 64, "bkv": 32}, {"bq": 64, "bkv": 64}, {"bq": 64, "bkv": 128},
-    {"bq": 128, "bkv": 32}, {"bq": 128, "bkv": 64}, {"bq": 128, "bkv": 128},
+    {"bq": 16, "bkv": 32, "wgmma": 0}, {"bq": 64, "bkv": 32, "wgmma": 0}, {"bq": 64, "bkv": 64, "wgmma": 0},
+    {"bq": 64, "bkv": 128, "wgmma": 0}, {"bq": 128, "bkv": 32, "wgmma": 0}, {"bq": 128, "bkv": 64, "wgmma": 0},
+    {"bq": 128, "bkv": 128, "wgmma": 0},
 ]
+# Hopper's wgmma fed by TMA (attention_tma.cu.j2): 128 queries per block, key tiles of 64 or 128
+WGMMA_SCHEDULES: list[dict[str, int]] = [{"bq": 128, "bkv": 64, "wgmma": 1}, {"bq": 128, "bkv": 128, "wgmma": 1}]
 
 
 def attention_graph(name: str, case: Case) -> ts.Graph:

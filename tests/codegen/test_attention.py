@@ -148,7 +148,7 @@ def test_every_case_compiles_at_the_default_schedule(case: str) -> None:
     assert bool(re.search(r"const bool v\d+ =", kernel.source)) == causal     # the mask's comparison
 
 
-@pytest.mark.parametrize("schedule", ATTENTION_SCHEDULES, ids=lambda s: f"bq{s['bq']}_bkv{s['bkv']}")
+@pytest.mark.parametrize("schedule", ATTENTION_SCHEDULES, ids=lambda s: f"bq{s['bq']}_bkv{s['bkv']}_wgmma{s['wgmma']}")
 def test_every_schedule_point_compiles(schedule: dict[str, int]) -> None:
     assert is_valid("attention", Schedule.of(**schedule))
     graph = attention_graph("sched", ATTENTION_CASES["prefill_fp16_d128_100_causal"])
@@ -162,7 +162,7 @@ def test_every_schedule_point_compiles(schedule: dict[str, int]) -> None:
 
 def test_head_dim_256_compiles_with_key_tiles_of_32() -> None:
     _, kernel = attention_program(attention_graph("d256", (1, 2, 100, 100, 256, "bfloat16", True)), None)
-    assert kernel.schedule.as_dict() == {"bq": 64, "bkv": 32}
+    assert kernel.schedule.as_dict() == {"bq": 64, "bkv": 32, "wgmma": 0}
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90"))
 
 

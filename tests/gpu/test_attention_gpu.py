@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tensorsmith as ts
-from attention_cases import ATTENTION_CASES, ATTENTION_SCHEDULES, attention_graph, attention_program
+from attention_cases import ATTENTION_CASES, ATTENTION_SCHEDULES, WGMMA_SCHEDULES, attention_graph, attention_program
 from kernel_launch import run_rendered
 from tensorsmith.model_loader import load_graph
 from tensorsmith.search.verify import compare, random_inputs, relative_l2
@@ -40,11 +40,21 @@ def test_attention_matches_reference(case: str) -> None:
     _check_kernel(attention_graph(case, ATTENTION_CASES[case]), None)
 
 
-@pytest.mark.parametrize("schedule", ATTENTION_SCHEDULES, ids=lambda s: f"bq{s['bq']}_bkv{s['bkv']}")
+@pytest.mark.parametrize("schedule", ATTENTION_SCHEDULES, ids=lambda s: f"bq{s['bq']}_bkv{s['bkv']}_wgmma{s['wgmma']}")
 @pytest.mark.parametrize("case", ["prefill_fp16_d128_100_causal", "prefill_bf16_d128_77",
                                   "decode_fp16_d128_1x300_causal", "decode_bf16_d64_5x1000_causal"])
 def test_every_schedule_point_matches_reference(case: str, schedule: dict[str, int]) -> None:
     _check_kernel(attention_graph(case, ATTENTION_CASES[case]), schedule)
+
+
+@pytest.mark.parametrize("schedule", WGMMA_SCHEDULES, ids=lambda s: f"bkv{s['bkv']}")
+@pytest.mark.parametrize("case", sorted(name for name in ATTENTION_CASES if name.startswith("prefill")))
+def test_wgmma_kernel_matches_reference(case: str, schedule: dict[str, int]) -> None:
+    """Every prefill case (head dims 64 and 128, lengths that do and do not divide the tiles, fewer queries than
+    keys) on attention_tma.cu.j2."""
+    graph = attention_graph(case, ATTENTION_CASES[case])
+    assert attention_program(graph, schedule)[1].source.count("wgmma_rs_m64n") > 1, "rendered on wgmma"
+    _check_kernel(graph, schedule)
 
 
 def test_head_dim_256_matches_reference() -> None:
