@@ -62,12 +62,14 @@ def _row(label: str, ours_ms: float, theirs_ms: float, flops: float) -> str:
 
 
 def sweep(m: int, n: int, k: int, dtype: str, a: torch.Tensor, b: torch.Tensor, expected: torch.Tensor,
-          theirs_ms: float) -> None:
+          theirs_ms: float, wgmma_only: bool = False) -> None:
     """Each SWEEP schedule's kernel on torch's tensors (zero copy), checked, then timed like cuBLAS."""
     program = partition(matmul_graph(m, n, k, dtype))
     out = torch.empty((m, n), dtype=a.dtype, device="cuda")
     pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": out.data_ptr()}
     for params in SWEEP:
+        if wgmma_only and params is not None and not params["wgmma"]:
+            continue
         kernel = program.kernels[0]
         if params is not None:
             kernel = dataclasses.replace(kernel, schedule=Schedule.of(**params))
@@ -96,6 +98,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     parser.add_argument("--quick", action="store_true", help="only the first three shapes")
     parser.add_argument("--sweep", action="store_true", help="time the kernel under each schedule of SWEEP")
+    parser.add_argument("--wgmma", action="store_true", help="sweep only SWEEP's wgmma schedules (and the default)")
     args = parser.parse_args()
     torch_dtype = getattr(torch, args.dtype)
     print(f"{args.dtype}: {'M x N x K':25s} {'tensorsmith':>12s} {'TFLOP/s':>7s} {'cuBLAS':>11s} {'TFLOP/s':>7s} "
@@ -112,7 +115,7 @@ def main() -> None:
         label = f"{m:5d} x {n:5d} x {k:5d}"
         if args.sweep:
             print(label)
-            sweep(m, n, k, args.dtype, a, b, expected, theirs_ms)
+            sweep(m, n, k, args.dtype, a, b, expected, theirs_ms, args.wgmma)
             continue
         program = ts.compile(graph, profile=True, cache=False)
         out = program(a=a, b=b)["c"]

@@ -36,7 +36,8 @@ DECODE_BQ = 16         # a block of this many queries splits the key tiles betwe
 DECODE_WARPS = 4
 OTHER_REGISTERS = 40   # addresses, indices, the softmax state: what a thread holds besides its fragments
 TMA_BQ = 128           # attention_tma.cu.j2: two consumer warpgroups of 64 query rows
-TMA_STAGES = 2         # K and V tiles in flight
+TMA_THREADS = 128 * (TMA_BQ // 64 + 1)   # and the producer warpgroup
+TMA_STAGES = (3, 2)    # K and V tiles in flight: the most that fit (a step holds two, the next one loads)
 TMA_MAX_DV = 128       # a consumer thread holds DV / 2 output accumulators besides BKV / 2 scores
 TMA_MAX_RANK = 5       # dimensions of a TMA tensor map
 TMA_SHARED_LIMIT = 227 * 1024   # dynamic shared memory a Hopper block may opt in to
@@ -137,14 +138,19 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     return context
 
 
-def wgmma_shared_bytes(bq: int, bkv: int, dqk: int, dv: int, stages: int = TMA_STAGES) -> int:
-    """Dynamic shared memory of attention_tma.cu.j2: the Q tile, `stages` K and V tiles, 1024 bytes to align."""
+def wgmma_stages(bq: int, bkv: int, dqk: int, dv: int) -> int:
+    """The deepest ring of K and V tiles that attention_tma.cu.j2 fits in shared memory."""
+    fits = [s for s in TMA_STAGES if _tma_shared_bytes(bq, bkv, dqk, dv, s) <= TMA_SHARED_LIMIT]
+    return fits[0] if fits else TMA_STAGES[-1]
+
+
+def wgmma_shared_bytes(bq: int, bkv: int, dqk: int, dv: int) -> int:
+    """Dynamic shared memory of attention_tma.cu.j2: the Q tile, its ring of K and V tiles, 1024 bytes to align."""
+    return _tma_shared_bytes(bq, bkv, dqk, dv, wgmma_stages(bq, bkv, dqk, dv))
+
+
+def _tma_shared_bytes(bq: int, bkv: int, dqk: int, dv: int, stages: int) -> int:
     return MMA_BYTES * (bq * dqk + stages * bkv * (dqk + dv)) + WGMMA_ALIGN
-
-
-def wgmma_registers_per_thread(bkv: int, dv: int) -> int:
-    """A consumer thread's estimate: output accumulators (DV / 2), scores (BKV / 2), their fp16 pairs (BKV / 4)."""
-    return dv // 2 + bkv // 2 + bkv // 4 + OTHER_REGISTERS
 
 
 def takes_wgmma(bq: int, bkv: int, dqk: int, dv: int) -> bool:
@@ -175,14 +181,14 @@ def _tma(match: AttentionMatch, batch: tuple[str, ...], qn: str, kn: str, contex
             {"map": index, "dst": f"{stage} + {block * rows * 128}",
              "coords": [str(64 * block) if name == "hd" else starts[name] for name in names]}
             for block in range(spec.dims[0] // 64)]
-    consumers = bq // 64
+    consumers, stages = bq // 64, wgmma_stages(bq, bkv, dqk, dv)
     how = (f"one block per {bq} queries of a head: a producer warpgroup copies Q once and K and V tiles of {bkv}"
-           f" keys by TMA into a {TMA_STAGES}-stage ring; {consumers} consumer warpgroups of 64 query rows run"
+           f" keys by TMA into a {stages}-stage ring; {consumers} consumer warpgroups of 64 query rows run"
            f" S = QK^T (wgmma m64n{bkv}k16) and O += PV (wgmma m64n{dv}k16, P from registers), {context['mma_type']}"
            " -> float, online softmax in registers")
     if context["skip_masked"]:
         how += "; key tiles past the causal diagonal skipped"
-    return {"template": "attention_tma", "arch": WGMMA_ARCH, "stages": TMA_STAGES, "block": (128 * (consumers + 1), 1, 1),
+    return {"template": "attention_tma", "arch": WGMMA_ARCH, "stages": stages, "block": (TMA_THREADS, 1, 1),
             "shared_bytes": wgmma_shared_bytes(bq, bkv, dqk, dv), "tensor_maps": specs,
             "tma_ranks": sorted({len(spec.dims) for spec in specs}), **loads, "strategy": how}
 

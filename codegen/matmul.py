@@ -34,6 +34,8 @@ WGMMA_ALIGN = 1024      # the 128-byte swizzle repeats every 1024 bytes: stages 
 WGMMA_BK = 64           # K elements per tile: one 128-byte swizzled row
 WGMMA_BLOCK_BYTES = 64 * 128   # one 64 x 64 block of 16-bit elements
 TMA_MAX_RANK = 5
+SM_COUNT = 132   # SMs of an H100 SXM or H200: the persistent TMA kernel launches min(output tiles, SM_COUNT) blocks,
+                 # one per SM, that walk the tiles blockIdx.x, + gridDim.x, ... (correct for any grid)
 
 
 PARTIAL_PAD = 4   # floats added to each row of a split block's partial sums
@@ -70,7 +72,8 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     a_layout, b_layout = ("k" if a_major == "kk" else "m"), ("n" if b_major == "n" else "k")
     copies = " and ".join(name for name, copy in (("A", copy_a), ("B", copy_b)) if copy) or "neither operand"
     context = {
-        "coords": coords, "m": m, "n": n, "kdim": k, "bm": bm, "bn": bn, "bk": bk, "stages": stages, "split_k": split_k,
+        "coords": coords, "batches": math.prod(match.batch_shape), "m": m, "n": n, "kdim": k,
+        "bm": bm, "bn": bn, "bk": bk, "stages": stages, "split_k": split_k,
         "warps_m": schedule["warps_m"], "warps_n": schedule["warps_n"], "mma_type": mma_type, "to_mma": to_mma,
         "load_a": "\n".join(load_a), "value_a": value_a, "load_b": "\n".join(load_b), "value_b": value_b,
         "a_major": a_layout, "b_major": b_layout, "copy_a": copy_a, "copy_b": copy_b,
@@ -121,7 +124,8 @@ def _wgmma(context: dict) -> dict:
 
 def _tma(context: dict, batch_names: list[str]) -> dict:
     """What the TMA template (matmul_tma.cu.j2) changes in a wgmma context, where both operands are buffers
-    indexed by plain tile and batch coordinates (else nothing: the cp.async wgmma template stays)."""
+    indexed by plain tile and batch coordinates (else nothing: the cp.async wgmma template stays). Without a split
+    of K the kernel is persistent: a grid of min(output tiles, SM_COUNT) blocks, each walking several tiles."""
     a = _tma_operand(context["copy_a"], "m", "block_m", context["bm"], batch_names, 0, "s_a")
     b = _tma_operand(context["copy_b"], "n", "block_n", context["bn"], batch_names, 1, "s_b")
     if a is None or b is None:
@@ -129,12 +133,19 @@ def _tma(context: dict, batch_names: list[str]) -> dict:
     (spec_a, loads_a), (spec_b, loads_b) = a, b
     threads, split_k = context["block"][0] + 128, context["split_k"]
     partials = 4 * context["bm"] * (context["bn"] + PARTIAL_PAD) + WGMMA_ALIGN   # split K: fp32 partial sums
+    tiles_n, tiles_m, _ = context["grid"]
+    tiles = tiles_n * tiles_m * context["batches"]   # output tiles over all batches
+    persistent = split_k == 1   # else the cluster's blocks meet once, over their one tile
+    how = ("warp-specialised (one producer warpgroup, BM / 64 consumer warpgroups)"
+           + (f" and persistent ({min(tiles, SM_COUNT)} blocks walk the {tiles} output tiles; the producer loads the "
+              f"next tile's K tiles while the consumers run the epilogue)" if persistent else ""))
     return {
         "template": "matmul_tma", "block": (threads, 1, 1), "tensor_maps": [spec_a, spec_b],
         "tma_loads": loads_a + loads_b, "tma_ranks": sorted({len(spec_a.dims), len(spec_b.dims)}),
         "shared_bytes": max(context["shared_bytes"], partials) if split_k > 1 else context["shared_bytes"],
-        "strategy": context["strategy"].replace("cp.async pipeline", "TMA pipeline, warp-specialised (one "
-                                                "producer warpgroup, BM / 64 consumer warpgroups)")
+        "persistent": persistent, "tiles": tiles,
+        **({"grid": (min(tiles, SM_COUNT), 1, 1)} if persistent else {}),
+        "strategy": context["strategy"].replace("cp.async pipeline", f"TMA pipeline, {how}")
                     + (f", K split between the {split_k} blocks of a cluster" if split_k > 1 else ""),
     }
 

@@ -33,7 +33,7 @@ def default_schedule(kernel: Kernel, shapes: dict[str, tuple[int, ...]], arch: s
     if kernel.archetype == "matmul":
         return _matmul_default(kernel, shapes, arch == HOPPER)
     if kernel.archetype == "attention":
-        return _attention_default(kernel)
+        return _attention_default(kernel, shapes, arch == HOPPER)
     from .render import vector_width   # render imports this module
     vec = vector_width(kernel, shapes)
     longest = max((n.srcs[0].shape[n.arg] for n in kernel.body if n.op in REDUCE), default=1)
@@ -70,17 +70,21 @@ def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: 
                        warps_m=2 if tile_m > 32 else 1, warps_n=4, split_k=split_k, wgmma=0)
 
 
-def _attention_default(kernel: Kernel) -> Schedule:
+def _attention_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: bool) -> Schedule:
     """Decode's split of the keys for a few queries per head (head dims up to 128, whose four warps' tiles fit in
-    shared memory); else 128 queries per block (64 for short ones), and key tiles of 128 (32 where the head dim is
-    past 128, to keep the accumulators in registers). Measured on the H200, causal prefill 4x32x2048x2048x128
-    fp16: key tiles of 128 713 us, of 64 898 us, of 32 856 us."""
-    from .attention import kernel_attention   # attention imports emit, which this module must not need at import
+    shared memory); on Hopper, wgmma fed by TMA where it takes the operands (measured on the H200, causal prefill
+    4x32x2048x2048x128 fp16: 396 us against mma.sync's 677); else 128 queries per block (64 for short ones), and
+    key tiles of 128 (32 where the head dim is past 128, to keep the accumulators in registers; mma.sync, same
+    shape: key tiles of 128 713 us, of 64 898 us, of 32 856 us)."""
+    from .attention import attention_body, kernel_attention   # attention imports emit, which schedules must not
     (_, out), = kernel.outputs
     match = kernel_attention(out)
     queries, head_dim = (match.dims[0], max(match.dims[2:])) if match is not None else (128, 128)
     if queries <= 16 and head_dim <= 128:
         return Schedule.of(bq=16, bkv=32, wgmma=0)
+    wgmma = Schedule.of(bq=128, bkv=128, wgmma=1)
+    if hopper and queries >= 128 and attention_body(kernel, shapes, wgmma).get("template") == "attention_tma":
+        return wgmma
     return Schedule.of(bq=128 if queries >= 128 else 64, bkv=128 if head_dim <= 128 else 32, wgmma=0)
 
 

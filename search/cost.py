@@ -123,7 +123,7 @@ def kernel_cost(kernel: Kernel, program: KernelProgram, target: Target) -> Kerne
     per_sm = blocks_per_sm(target, threads, registers, geometry.shared_bytes)
     if per_sm == 0:
         return KernelCost(math.inf, dram, cache, work.flops, blocks, 0, 0, 0.0, math.inf, "illegal")
-    slots = target.sm_count * per_sm
+    slots = geometry.slots or target.sm_count * per_sm
     waves = -(-blocks // slots)
     warps = -(-threads // WARP)
     in_flight_per_warp = WARP * geometry.access_bytes * geometry.loads_in_flight
@@ -165,6 +165,7 @@ class Geometry:
     row_iterations: int       # strided-loop trips per thread per pass (1 for pointwise)
     engine: str = "cuda"      # what does the arithmetic: "cuda" cores, "mma" (mma.sync) or "wgmma" tensor cores
     tile_steps: float = 0.0   # attention: key-tile steps of all blocks, each with a fixed cost in its block
+    slots: int = 0            # a persistent kernel: the blocks it launches, each walking `blocks` / slots tiles
 
 
 def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: Schedule) -> Geometry:
@@ -181,17 +182,25 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
         launch = matmul_body(kernel, shapes, schedule)
         threads, bk = launch["block"][0], params["bk"]
         tile_loads = params["stages"] * params["bm"] * bk // threads   # elements in flight per thread
-        return Geometry(math.prod(launch["grid"]), threads, launch["shared_bytes"], MMA_BYTES, max(1, tile_loads),
-                        -(-launch["kdim"] // bk), "wgmma" if launch.get("arch") == WGMMA_ARCH else "mma")
+        persistent = launch.get("persistent", False)   # then `blocks` counts output tiles, the grid walks them
+        return Geometry(launch["tiles"] if persistent else math.prod(launch["grid"]), threads, launch["shared_bytes"],
+                        MMA_BYTES, max(1, tile_loads), -(-launch["kdim"] // bk),
+                        "wgmma" if launch.get("arch") == WGMMA_ARCH else "mma",
+                        slots=launch["grid"][0] if persistent else 0)
     if kernel.archetype == "attention":   # 16-byte copies of K and V tiles; a block walks its key tiles in turn
         match = _attention_of(kernel)
         _, _, dqk, dv = match.dims
         warps, split = attention.warps_and_split(params["bq"])
         tiles = _attention_key_tiles(match, params["bq"], params["bkv"])
+        steps = sum(tiles) * math.prod(match.batch_shape) / split
+        if _attention_on_wgmma(kernel, shapes, schedule):   # TMA copies a whole tile at once: one load in flight
+            return Geometry(len(tiles) * math.prod(match.batch_shape), attention.TMA_THREADS,
+                            attention.wgmma_shared_bytes(params["bq"], params["bkv"], dqk, dv), 16,
+                            attention.wgmma_stages(params["bq"], params["bkv"], dqk, dv), max(tiles), "wgmma", steps)
         copies = params["bkv"] * (dqk + dv) // 8 // (WARP * warps // split)
         return Geometry(len(tiles) * math.prod(match.batch_shape), WARP * warps,
                         attention.shared_bytes(params["bq"], params["bkv"], dqk, dv), 16, max(1, copies),
-                        -(-max(tiles) // split), "mma", sum(tiles) * math.prod(match.batch_shape) / split)
+                        -(-max(tiles) // split), "mma", steps)
     plan = row_plan(kernel)
     rows = max(1, math.prod(plan.row_shape))
     row_threads, block, vec = params["row_threads"], params["block"], params.get("vec", 1)
@@ -222,7 +231,7 @@ def registers_per_thread(kernel: Kernel, schedule: Schedule, shapes: dict[str, t
     """An estimate: a base, plus the row slices a vec > 1 row kernel caches (items x vec floats each)."""
     params = schedule.as_dict()
     vec = params.get("vec", 1)
-    if kernel.archetype == "attention":
+    if kernel.archetype == "attention" and not _attention_on_wgmma(kernel, shapes, schedule):
         _, _, dqk, dv = _attention_of(kernel).dims
         return attention.registers_per_thread(params["bkv"], dqk, dv)
     if kernel.archetype != "row_reduce" or vec == 1:
@@ -314,6 +323,13 @@ def _attention_of(kernel: Kernel) -> attention.AttentionMatch:
     return match
 
 
+def _attention_on_wgmma(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: Schedule) -> bool:
+    """Whether `schedule` renders the kernel on attention_tma.cu.j2 (else the mma.sync template, same tiles)."""
+    if not schedule.as_dict().get("wgmma"):
+        return False
+    return attention.attention_body(kernel, shapes, schedule).get("template") == "attention_tma"
+
+
 def _attention_key_tiles(match: attention.AttentionMatch, bq: int, bkv: int) -> list[int]:
     """Key tiles each query tile visits, as the template counts them (skipping tiles past a causal diagonal)."""
     tq, tk, _, _ = match.dims
@@ -333,7 +349,9 @@ def _attention_work(kernel: Kernel, schedule: Schedule, program: KernelProgram, 
     batches = math.prod(match.batch_shape)
     tiles = sum(_attention_key_tiles(match, bq, bkv))
     scores = float(batches * tiles * bq * bkv)
-    flops = 2.0 * scores * (dqk + dv) + scores * ATTENTION_SCORE_FLOPS * target.mma_sync_flops / target.fp32_flops
+    shapes = {name: buf.shape for name, buf in program.buffers.items()}
+    tensor_rate = target.wgmma_flops if _attention_on_wgmma(kernel, shapes, schedule) else target.mma_sync_flops
+    flops = 2.0 * scores * (dqk + dv) + scores * ATTENTION_SCORE_FLOPS * tensor_rate / target.fp32_flops
     rereads = batches * tiles * bkv * (dqk + dv) * MMA_BYTES
     cache = max(0.0, rereads - sum(program.buffers[name].nbytes for name in kernel.reads))
     return Work(flops, (), 1, 0), cache

@@ -113,6 +113,7 @@ def schedule_constraints(facts: KernelFacts, target: Target) -> tuple[dict[str, 
                    z3.Or(var["split_k"] == 1, z3.BoolVal(target.arch == "sm_90")))]
     elif facts.archetype == "attention":
         rules += _attention_constraints(facts, target, var["bq"], var["bkv"])
+        rules += _attention_wgmma_constraints(facts, target, var["bq"], var["bkv"], var["wgmma"])
     return var, rules
 
 
@@ -130,6 +131,19 @@ def _attention_constraints(facts: KernelFacts, target: Target, bq: z3.ArithRef, 
             ("dynamic shared memory", z3.And(tiles <= target.shared_bytes_per_block,
                                              staged <= target.shared_bytes_per_block)),
             ("registers per thread", registers <= target.max_registers_per_thread)]
+
+
+def _attention_wgmma_constraints(facts: KernelFacts, target: Target, bq: z3.ArithRef, bkv: z3.ArithRef,
+                                 wgmma: z3.ArithRef) -> list[Constraint]:
+    """attention_tma.cu.j2 (codegen.attention.takes_wgmma): Hopper only, two warpgroups of 64 query rows, key tiles
+    in whole 64-row boxes, and the Q tile plus a ring of at least two K and V tiles in shared memory."""
+    dqk, dv = facts.head_dims
+    ring = attention.MMA_BYTES * (bq * dqk + attention.TMA_STAGES[-1] * bkv * (dqk + dv)) + attention.WGMMA_ALIGN
+    return [("wgmma attention only on Hopper (sm_90a)", z3.Or(wgmma == 0, z3.BoolVal(target.arch == "sm_90"))),
+            ("wgmma attention: 128 queries per block, key tiles of 64 or 128",
+             z3.Implies(wgmma == 1, z3.And(bq == attention.TMA_BQ, bkv >= 64))),
+            ("wgmma attention: Q and two K and V tiles in shared memory",
+             z3.Implies(wgmma == 1, ring <= target.shared_bytes_per_block))]
 
 
 def _row_constraints(facts: KernelFacts, target: Target, row_threads: z3.ArithRef, block: z3.ArithRef,

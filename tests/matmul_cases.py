@@ -73,6 +73,19 @@ MATMUL_CASES: dict[str, Callable[[], ts.Graph]] = {
     "shared_weight": _shared_weight,
 }
 
+def _batched_many_tiles() -> ts.Graph:
+    """10 batches of 300 x 192 @ 192 x 520: with 128 x 128 tiles 150 output tiles, ragged in M and N."""
+    g = ts.Graph("batched_many_tiles")
+    g.output("c", g.input("a", (2, 5, 300, 192), "float16") @ g.input("b", (2, 5, 192, 520), "float16"))
+    return g
+
+
+# More output tiles than the 132 blocks of a persistent TMA grid, so that blocks walk several tiles.
+MANY_TILE_CASES: dict[str, Callable[[], ts.Graph]] = {
+    "square": lambda: _product("square", 4096, 4096, 320),   # 128 x 256 tiles: 512, blocks walk 3 or 4
+    "batched_many_tiles": _batched_many_tiles,
+}
+
 # Points of the schedule space that differ in every parameter; `None` is codegen's default.
 MATMUL_SCHEDULES: list[dict[str, int] | None] = [
     None,
@@ -88,6 +101,15 @@ MATMUL_SCHEDULES: list[dict[str, int] | None] = [
     # and K split across a cluster on TMA (mma.sync's split where TMA cannot copy the operands)
     {"bm": 128, "bn": 256, "bk": 64, "stages": 3, "warps_m": 2, "warps_n": 4, "split_k": 2, "wgmma": 1},
     {"bm": 64, "bn": 128, "bk": 64, "stages": 4, "warps_m": 1, "warps_n": 4, "split_k": 8, "wgmma": 1},
+]
+
+
+# TMA schedules (split_k = 1: persistent) with two and one consumer warpgroups, and rings of 3 and 4 stages
+PERSISTENT_SCHEDULES: list[dict[str, int]] = [
+    {"bm": 128, "bn": 256, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1},
+    {"bm": 128, "bn": 256, "bk": 64, "stages": 3, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1},
+    {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1},
+    {"bm": 64, "bn": 128, "bk": 64, "stages": 4, "warps_m": 1, "warps_n": 4, "split_k": 1, "wgmma": 1},
 ]
 
 

@@ -2,6 +2,8 @@
 schedule point, and a numpy model of one warp of the template (fragment layouts and its index arithmetic)."""
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import math
 import re
@@ -101,7 +103,12 @@ def test_transformer_block_gets_an_attention_kernel_reading_strided_heads() -> N
     program = partition(load_graph(EXAMPLE.parent / "transformer_block.py"))
     (kernel,) = [k for k in program.kernels if k.archetype == "attention"]
     assert all(program.buffers[name].shape == (128, 256) for name in kernel.reads)   # the q, k, v projections
-    source = render_kernel(program, program.kernels.index(kernel)).source
+    rendered = render_kernel(program, program.kernels.index(kernel))   # Hopper's default: wgmma fed by TMA
+    # each projection seen as (head dim 64, head: 64 elements on, token: 256 on), copied 128 tokens of a head at once
+    assert [(m.dims, m.strides, m.box) for m in rendered.tensor_maps] == [((64, 4, 128), (128, 512), (64, 1, 128))] * 3
+    mma_sync = dataclasses.replace(kernel, schedule=Schedule.of(bq=128, bkv=128, wgmma=0))
+    program = dataclasses.replace(program, kernels=[mma_sync if k is kernel else k for k in program.kernels])
+    source = render_kernel(program, program.kernels.index(mma_sync)).source
     assert "(b0) * 64 + (qi) * 256" in source        # head b0's columns of token qi's row
 
 
@@ -136,11 +143,15 @@ def test_head_dims_that_are_not_multiples_of_16_are_not_attention() -> None:
 def test_every_case_compiles_at_the_default_schedule(case: str) -> None:
     program, kernel = attention_program(attention_graph(case, ATTENTION_CASES[case]), None)
     assert [k.archetype for k in program.kernels] == ["attention"]
-    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90"))
-    assert "mma.sync.aligned.m16n8k16" in kernel.source and "ldmatrix" in kernel.source
-    assert kernel.shared_bytes == attention.shared_bytes(kernel.schedule["bq"], kernel.schedule["bkv"],
-                                                         *ATTENTION_CASES[case][4:5] * 2)
-    queries = ATTENTION_CASES[case][2]
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))
+    queries, dim = ATTENTION_CASES[case][2], ATTENTION_CASES[case][4]
+    assert kernel.schedule["wgmma"] == (queries >= 128)      # Hopper's wgmma on TMA where the queries fill a block
+    if kernel.schedule["wgmma"]:
+        assert "wgmma_rs_m64n" in kernel.source and kernel.arch == "sm_90a" and len(kernel.tensor_maps) == 3
+        assert kernel.shared_bytes == attention.wgmma_shared_bytes(128, 128, dim, dim)
+    else:
+        assert "mma.sync.aligned.m16n8k16" in kernel.source and "ldmatrix" in kernel.source
+        assert kernel.shared_bytes == attention.shared_bytes(kernel.schedule["bq"], kernel.schedule["bkv"], dim, dim)
     assert ("SPLIT = 4;" in kernel.source) == (queries <= 16)      # decode where the queries are few
     causal = ATTENTION_CASES[case][6]
     skips = causal and queries > 1
@@ -181,6 +192,10 @@ def test_z3_schedule_constraints_agree_with_codegen() -> None:
                 expected = "dynamic shared memory"
             elif attention.registers_per_thread(schedule["bkv"], *dims) > target.max_registers_per_thread:
                 expected = "registers per thread"
+            elif schedule["wgmma"] and not attention.takes_wgmma(schedule["bq"], schedule["bkv"], 64, 64):
+                expected = "wgmma attention: 128 queries per block, key tiles of 64 or 128"
+            elif schedule["wgmma"] and attention.wgmma_shared_bytes(128, schedule["bkv"], *dims) > 227 * 1024:
+                expected = "wgmma attention: Q and two K and V tiles in shared memory"
             assert violated == expected, schedule
 
 

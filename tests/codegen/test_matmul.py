@@ -5,8 +5,9 @@ import pytest
 
 import tensorsmith as ts
 
-from matmul_cases import MATMUL_CASES, MATMUL_SCHEDULES, matmul_program
-from tensorsmith.codegen.matmul import shared_bytes, wgmma_shared_bytes
+from matmul_cases import MANY_TILE_CASES, MATMUL_CASES, MATMUL_SCHEDULES, matmul_program
+from tensorsmith.codegen import render
+from tensorsmith.codegen.matmul import SM_COUNT, matmul_body, shared_bytes, wgmma_shared_bytes
 from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
 from tensorsmith.codegen.schedules import default_schedule, is_valid
 from tensorsmith.ir.kernel_program import Schedule
@@ -64,7 +65,38 @@ def test_tma_boxes_stop_at_each_batch_of_a_shared_weight_product() -> None:
     # x's map is 3-D, so a 128-row box at rows 0..71 of batch b reads zeros past row 71, not batch b + 1
     assert (map_x.dims, map_x.box, map_w.dims) == ((128, 72, 3), (64, 128, 1), (200, 128))
     assert "tma_load(s_a + 0, &tmap_0, &full[stage], k0, (int)block_m, (int)b0);" in kernel.source
-    assert kernel.grid == (2, 1, 3)
+    assert kernel.grid == (6, 1, 1)   # persistent: 2 tiles x 3 batches, one block each
+
+
+@pytest.mark.parametrize("bn, tiles", [(128, 10 * 3 * 5), (256, 10 * 3 * 3)])
+def test_tma_kernel_is_persistent_over_the_tiles_of_every_batch(bn: int, tiles: int) -> None:
+    """Without a split of K, min(tiles, SM_COUNT) blocks walk the output tiles of all batches (150 tiles: blocks
+    0 .. 17 take a second tile, in another batch)."""
+    schedule = {"bm": 128, "bn": bn, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
+    _, kernel = matmul_program(MANY_TILE_CASES["batched_many_tiles"](), schedule)
+    assert tiles % SM_COUNT != 0 and kernel.grid == (min(tiles, SM_COUNT), 1, 1)
+    assert "constexpr int BATCHES = 10, " in kernel.source and "__cluster_dims__" not in kernel.source
+    body = kernel.source.split('extern "C"')[1]
+    # producer and consumers walk the same tiles, and the consumers release each tile's last stage
+    assert body.count("for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {") == 2
+    assert body.count("mbarrier_arrive(&empty[(step - 1) % STAGES]);") == 2
+    assert f"persistent ({min(tiles, SM_COUNT)} blocks walk the {tiles} output tiles;" in kernel.source
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90a"))
+
+
+def test_tma_kernel_still_renders_one_tile_per_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """persistent=False renders the one-tile-per-block form (for comparison), on the grid of tiles."""
+    def one_tile_per_block(*args: object) -> dict:
+        context = matmul_body(*args)
+        grid = (-(-context["n"] // context["bn"]), -(-context["m"] // context["bm"]), context["batches"])
+        return {**context, "persistent": False, "grid": grid}
+
+    monkeypatch.setattr(render, "matmul_body", one_tile_per_block)
+    schedule = {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
+    _, kernel = matmul_program(MANY_TILE_CASES["batched_many_tiles"](), schedule)
+    assert kernel.grid == (5, 3, 10) and "tile += gridDim.x" not in kernel.source
+    assert "const int id = blockIdx.y * TILES_N + blockIdx.x, " in kernel.source
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90a"))
 
 
 def test_wgmma_copies_with_cp_async_where_tma_cannot_address_an_operand() -> None:

@@ -1,12 +1,14 @@
 """On the GPU: the matmul archetype under several schedules matches the reference on fresh random inputs."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import tensorsmith as ts
 from kernel_launch import run_rendered
-from matmul_cases import MATMUL_CASES, MATMUL_SCHEDULES, matmul_program
+from matmul_cases import MANY_TILE_CASES, MATMUL_CASES, MATMUL_SCHEDULES, PERSISTENT_SCHEDULES, matmul_program
 from tensorsmith.search.verify import random_inputs, relative_l2
 
 pytestmark = pytest.mark.gpu
@@ -30,3 +32,22 @@ def test_matmul_matches_reference(case: str, schedule: dict[str, int] | None) ->
         reference = ts.evaluate(graph, inputs)[name]
         assert not np.isnan(out).any(), "unwritten (poisoned) elements"
         assert relative_l2(out, reference) < 1e-2
+
+
+@pytest.mark.parametrize("grid", [None, 7], ids=["sm_grid", "grid7"])
+@pytest.mark.parametrize("schedule", PERSISTENT_SCHEDULES, ids=lambda s: "x".join(map(str, s.values())))
+@pytest.mark.parametrize("case", sorted(MANY_TILE_CASES))
+def test_persistent_tma_matmul_walks_several_tiles_per_block(case: str, schedule: dict[str, int],
+                                                             grid: int | None) -> None:
+    """Blocks of the persistent TMA kernel walk several output tiles (of several batches), with the stage ring
+    running on across tiles; on its own grid (min(tiles, SMs)) and on any other (7 blocks)."""
+    graph = MANY_TILE_CASES[case]()
+    program, kernel = matmul_program(graph, schedule)
+    assert kernel.tensor_maps and kernel.grid[1:] == (1, 1), "the persistent TMA kernel"
+    if grid is not None:
+        kernel = dataclasses.replace(kernel, grid=(grid, 1, 1))
+    inputs = random_inputs(graph, seed=200)
+    (out,) = run_rendered(program, [kernel], inputs).values()
+    (name,) = graph.outputs
+    assert not np.isnan(out).any(), "unwritten (poisoned) elements"
+    assert relative_l2(out, ts.evaluate(graph, inputs)[name]) < 1e-2
