@@ -37,6 +37,7 @@ DECODE_WARPS = 4
 OTHER_REGISTERS = 40   # addresses, indices, the softmax state: what a thread holds besides its fragments
 TMA_BQ = 128           # attention_tma.cu.j2: two consumer warpgroups of 64 query rows
 TMA_THREADS = 128 * (TMA_BQ // 64 + 1)   # and the producer warpgroup
+TMA_PINGPONG = True    # the consumer warpgroups take turns to issue their MMAs
 TMA_STAGES = (3, 2)    # K and V tiles in flight: the most that fit (a step holds two, the next one loads)
 TMA_MAX_DV = 128       # a consumer thread holds DV / 2 output accumulators besides BKV / 2 scores
 TMA_MAX_RANK = 5       # dimensions of a TMA tensor map
@@ -110,8 +111,7 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     offset = match.causal_offset
     unmasked = None
     if match.mask is not None:      # tiles every query of a warp sees whole skip the mask's arithmetic
-        zero = P.constant(0.0, match.mask.shape, match.mask.dtype)
-        unmasked = _score_code(shapes, match, _replaced(match.score, match.mask, zero), batch + (qn, kn))
+        unmasked = _score_code(shapes, match, _unmasked_score(match), batch + (qn, kn))
     skip = skips_masked_tiles(match)
     bq, bkv = schedule["bq"], schedule["bkv"]
     warps, split = warps_and_split(bq)
@@ -189,6 +189,7 @@ def _tma(match: AttentionMatch, batch: tuple[str, ...], qn: str, kn: str, contex
     if context["skip_masked"]:
         how += "; key tiles past the causal diagonal skipped"
     return {"template": "attention_tma", "arch": WGMMA_ARCH, "stages": stages, "block": (TMA_THREADS, 1, 1),
+            "pingpong": TMA_PINGPONG,
             "shared_bytes": wgmma_shared_bytes(bq, bkv, dqk, dv), "tensor_maps": specs,
             "tma_ranks": sorted({len(spec.dims) for spec in specs}), **loads, "strategy": how}
 
@@ -303,6 +304,17 @@ def _score_code(shapes: dict, match: AttentionMatch, score: Node, index: tuple[s
     emitter.reduced[id(match.qk.reduce)] = (index, "dot")
     value = emitter.value(score, index)
     return {"lines": "\n".join(emitter.lines), "value": value}
+
+
+def _unmasked_score(match: AttentionMatch) -> Node:
+    """The score where the mask is 0: the sum that adds the mask replaced by its other addend (a score of -0.0
+    becoming +0.0 is all that changes, and only where the mask is 0), else the mask replaced by a constant 0."""
+    for node in toposort([match.score]):
+        if node.op == Op.ADD and any(src is match.mask for src in node.srcs):
+            other = node.srcs[1] if node.srcs[0] is match.mask else node.srcs[0]
+            if other.shape == node.shape and other.dtype == node.dtype:
+                return _replaced(match.score, node, other)
+    return _replaced(match.score, match.mask, P.constant(0.0, match.mask.shape, match.mask.dtype))
 
 
 def _replaced(root: Node, target: Node, replacement: Node) -> Node:
