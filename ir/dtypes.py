@@ -85,6 +85,16 @@ def round_to(values: np.ndarray, dtype: DType) -> np.ndarray:
     return np.asarray(values).astype(numpy_dtype(dtype))
 
 
+def round_to_host(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """Float32 values rounded to a float dtype and held as the host holds it: float16 as float16, float32 and
+    bfloat16 (its values, rounded) as float32."""
+    if dtype == DType.FLOAT16:
+        return values.astype(np.float16)
+    if dtype == DType.BFLOAT16:
+        return bfloat16_to_float(float_to_bfloat16(values))
+    return values.astype(np.float32, copy=False)
+
+
 def float_to_bfloat16(values: np.ndarray) -> np.ndarray:
     """Round float values to bfloat16 (nearest even), returned as raw uint16 bits."""
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)

@@ -36,7 +36,7 @@ from .mcts import MCTSConfig, mcts
 from .partition import partition, unfused
 from .prune import AbstractChecker
 from .space import Boundaries, Candidate, CandidateSpace
-from .verify import Draw, VerificationError, verify_program
+from .verify import Check, Draw, VerificationError, reference_draw, softmax_like, verify_program
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,7 @@ class SearchResult:
     stats: SearchStats
     greedy_us: float = math.nan      # the greedy partition at codegen's default schedules, predicted
     unfused_us: float = math.nan     # one kernel per op at default schedules, predicted
+    checks: list[Check] = field(default_factory=list)   # the winner's random tests (verify_program, the search's seed)
 
     def summary(self) -> dict[str, Any]:
         return {"predicted_us": self.predicted_us, "measured_us": self.measured_us, "greedy_us": self.greedy_us,
@@ -113,6 +114,7 @@ class _Run:
     measured: dict[Candidate, float] = field(default_factory=dict)
     rejected: dict[Candidate, str] = field(default_factory=dict)    # verdicts of candidates measure refused
     verdicts: dict[Boundaries, bool] = field(default_factory=dict)
+    checks: dict[Boundaries, list[Check]] = field(default_factory=dict)   # of each boundary set that passed
     draws: dict[int, Draw | None] = field(default_factory=dict)   # verify_program's memo: inputs, reference per draw
     history: list[dict[str, Any]] = field(default_factory=list)
     stats: SearchStats = field(default_factory=SearchStats)
@@ -132,8 +134,8 @@ class _Run:
         boundaries = candidate.boundaries
         if boundaries not in self.verdicts:
             try:
-                verify_program(self.graph, self.space.build(candidate), self.seed, self.cfg.verify_draws, large=True,
-                               memo=self.draws)
+                self.checks[boundaries] = verify_program(self.graph, self.space.build(candidate), self.seed,
+                                                         self.cfg.verify_draws, large=True, memo=self.draws)
                 self.verdicts[boundaries] = True
                 self.stats.verified += 1
             except VerificationError:
@@ -204,6 +206,7 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     cfg = config or SearchConfig(BeamConfig(seed=seed), MCTSConfig(seed=seed))
     space = CandidateSpace(graph, target, AbstractChecker())
     run = _Run(space, graph, seed, cfg, start + budget_s, measure, progress)
+    run.deadline -= _verification_reserve(run, budget_s)
     ranked = beam(space, cfg.beam, run.deadline, run.score)
     roots = _mcts_roots(space, ranked)
     if roots and time.monotonic() < run.deadline:
@@ -213,8 +216,22 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
         run.score(greedy, space.seconds(greedy))
     winner = _choose(run)
     result = _result(run, winner, start)
-    result.stats.budget_hit = time.monotonic() > run.deadline
+    result.stats.budget_hit = time.monotonic() > start + budget_s
     return result
+
+
+MIN_SEARCH_SHARE = 0.25   # of the budget, kept for the search however long verification is expected to take
+
+
+def _verification_reserve(run: _Run, budget_s: float) -> float:
+    """Seconds of the budget to keep for random-testing the winner, so that a large graph's verification fits
+    in it: the first draw's reference is evaluated now (the verification reads it from the memo) and timed,
+    and each remaining draw's reference and each draw's program execution are expected to take as long."""
+    began = time.monotonic()
+    reference_draw(run.graph, run.seed, 0, memo=run.draws)
+    draws = run.cfg.verify_draws + (1 if softmax_like(run.graph) else 0)
+    reserve = (time.monotonic() - began) * (2 * draws - 1)
+    return min(reserve, (1.0 - MIN_SEARCH_SHARE) * budget_s)
 
 
 def _mcts_roots(space: CandidateSpace, ranked: list[tuple[float, Candidate]]) -> list[Boundaries]:
@@ -269,4 +286,5 @@ def _result(run: _Run, winner: Candidate, start: float) -> SearchResult:
     return SearchResult(space.build(winner), run.predicted[winner] * 1e6,
                         run.measured[winner] * 1e6 if winner in run.measured else None, run.history, stats,
                         greedy_us=program_seconds(partition(run.graph), space.target) * 1e6,
-                        unfused_us=program_seconds(unfused(run.graph), space.target) * 1e6)
+                        unfused_us=program_seconds(unfused(run.graph), space.target) * 1e6,
+                        checks=run.checks[winner.boundaries])

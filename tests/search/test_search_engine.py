@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 from graph_cases import CASES
@@ -118,3 +119,33 @@ def test_candidates_that_fault_hang_or_are_wrong_on_the_gpu_are_reported_and_ski
     assert progress[-1].rejected == 3
     assert "is skipped (faulted): cuCtxSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS" in caplog.text
     assert "is skipped (timed out)" in caplog.text
+
+
+def test_the_winners_random_tests_come_back_with_it() -> None:
+    """The checks the search made on its winner are returned, equal to verifying it afresh from the same seed
+    (the compiler reports them instead of running the same draws again)."""
+    graph = CASES["many_short_rows"]()
+    result = search_program(graph, "sm90", budget_s=30, seed=5, config=QUICK)
+    assert result.checks and all(check.ok for check in result.checks)
+    assert result.checks == verify_program(graph, result.program, seed=5, large=True)
+
+
+def test_verification_of_the_winner_is_reserved_from_the_budget(monkeypatch) -> None:
+    """The first draw's reference is timed before the search starts; the search's deadline keeps the time the
+    remaining draws and the program's executions will take, but never more than 75% of the budget."""
+    from tensorsmith.search import engine
+    graph = CASES["many_short_rows"]()
+    slow = engine.reference_draw
+
+    def reference_taking_a_second(*args, **kwargs):
+        began = time.monotonic()
+        found = slow(*args, **kwargs)
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
+        return found
+    monkeypatch.setattr(engine, "reference_draw", reference_taking_a_second)
+    run = engine._Run(None, graph, 0, QUICK, 0.0, None, None)
+    reserve = engine._verification_reserve(run, budget_s=60.0)
+    assert 0 in run.draws and run.draws[0] is not None          # the verification will read it from the memo
+    draws = 2 + engine.softmax_like(graph)     # the large draw too where the graph is softmax-like
+    assert 2 * draws - 1.1 <= reserve <= 2 * draws - 0.5   # the other references and every execution: 1 s each
+    assert engine._verification_reserve(run, budget_s=2.0) == pytest.approx(1.5)   # capped at 75%
