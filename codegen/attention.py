@@ -10,6 +10,10 @@ computes from the attention result elementwise (a cast, a residual) becomes the 
 Two variants share the template: prefill (BQ = 64 or 128 queries per block, one warp per 16 rows, every
 warp streaming every key tile) and decode (BQ = 16: the block's warps split the key tiles between them and
 merge their partial results in shared memory at the end), for few queries per head.
+
+On Hopper a schedule with wgmma = 1 renders attention_tma.cu.j2 instead (FlashAttention-3's design: TMA copies
+from a producer warpgroup, wgmma for both products) where TMA can address q, k and v by (head dim, row, batch)
+coordinates and the sizes fit its tiling; elsewhere the same schedule renders the mma.sync template.
 """
 from __future__ import annotations
 
@@ -167,25 +171,27 @@ def _tma(match: AttentionMatch, batch: tuple[str, ...], qn: str, kn: str, contex
     if not takes_wgmma(bq, bkv, dqk, dv):
         return {}
     extents = {name: extent for name, extent in zip(batch, match.batch_shape) if name != "0"}
-    plans = [_tma_operand(match.q, batch + (qn, "hd", "0"), qn, {**extents, qn: context["tq"], "hd": dqk}, bq),
-             _tma_operand(match.k, batch + ("0", "hd", kn), kn, {**extents, kn: context["tk"], "hd": dqk}, bkv),
-             _tma_operand(match.v, batch + ("0", kn, "hd"), kn, {**extents, kn: context["tk"], "hd": dv}, bkv)]
-    if any(plan is None for plan in plans):
-        return {}
-    specs = [spec for spec, _ in plans]   # type: ignore[misc]
+    operands = [(match.q, batch + (qn, "hd", "0"), qn, context["tq"], dqk, bq, "s_q"),
+                (match.k, batch + ("0", "hd", kn), kn, context["tk"], dqk, bkv, "s_k"),
+                (match.v, batch + ("0", kn, "hd"), kn, context["tk"], dv, bkv, "s_v")]
     starts = {qn: "(int)q0", kn: "(int)k0", **{name: f"(int){name}" for name in extents}}
-    loads = {}
-    for index, (role, stage, rows) in enumerate((("q", "s_q", bq), ("k", "s_k", bkv), ("v", "s_v", bkv))):
-        spec, names = plans[index]   # type: ignore[misc]
-        loads[f"{role}_loads"] = [
+    specs, loads = [], {}
+    for index, (node, where, row, length, dim, rows, stage) in enumerate(operands):
+        plan = _tma_operand(node, where, row, {**extents, row: length, "hd": dim}, rows)
+        if plan is None:
+            return {}
+        spec, names = plan
+        specs.append(spec)
+        loads[f"{stage[-1]}_loads"] = [   # one box per 64 columns of the head dim, BQ or BKV rows each
             {"map": index, "dst": f"{stage} + {block * rows * 128}",
              "coords": [str(64 * block) if name == "hd" else starts[name] for name in names]}
-            for block in range(spec.dims[0] // 64)]
+            for block in range(dim // 64)]
     consumers, stages = bq // 64, wgmma_stages(bq, bkv, dqk, dv)
     how = (f"one block per {bq} queries of a head: a producer warpgroup copies Q once and K and V tiles of {bkv}"
-           f" keys by TMA into a {stages}-stage ring; {consumers} consumer warpgroups of 64 query rows run"
+           f" keys by TMA into rings of {stages}; {consumers} consumer warpgroups of 64 query rows run"
            f" S = QK^T (wgmma m64n{bkv}k16) and O += PV (wgmma m64n{dv}k16, P from registers), {context['mma_type']}"
-           " -> float, online softmax in registers")
+           " -> float, the online softmax in registers while the previous tile's PV runs"
+           + ("; the consumers take turns to issue" if TMA_PINGPONG else ""))
     if context["skip_masked"]:
         how += "; key tiles past the causal diagonal skipped"
     return {"template": "attention_tma", "arch": WGMMA_ARCH, "stages": stages, "block": (TMA_THREADS, 1, 1),
