@@ -83,3 +83,26 @@ def test_recomputation_under_fusion_is_counted() -> None:
     g.output("y", (x.exp().reshape(64, 1, 128).expand(64, 32, 128)).sum(-1))   # exp evaluated 32 times per element
     program = partition(g)
     assert kernel_work(program.kernels[0], 1).flops >= 32 * 64 * 128 * 8
+
+
+def test_a_persistent_matmul_is_priced_as_its_tiles_walked_by_its_blocks() -> None:
+    """4096^3 on 128 x 256 TMA tiles: 512 output tiles, 132 blocks that walk them, so 4 waves of tiles (the last
+    one ragged); the same tiles with K split across a cluster are ordinary blocks, one per (tile, split)."""
+    g = ts.Graph("mm")
+    g.output("c", g.input("a", (4096, 4096), "float16") @ g.input("b", (4096, 4096), "float16"))
+    tile = dict(bm=128, bn=256, bk=64, stages=4, warps_m=2, warps_n=4, wgmma=1)
+    persistent = scheduled(partition(g), split_k=1, **tile)
+    cost = kernel_cost(persistent.kernels[0], persistent, SM90)
+    assert (cost.blocks, cost.waves) == (512, 4)
+    split = scheduled(partition(g), split_k=2, **tile)
+    assert kernel_cost(split.kernels[0], split, SM90).blocks == 1024
+
+
+def test_wgmma_attention_is_priced_on_its_own_launch_and_faster_than_mma_sync() -> None:
+    g = ts.Graph("attention")
+    q, k, v = (g.input(name, (4, 32, 2048, 128), "float16") for name in "qkv")
+    g.output("o", nn.attention(q, k, v, causal=True))
+    wgmma, mma_sync = (scheduled(partition(g), bq=128, bkv=128, wgmma=w) for w in (1, 0))
+    fast, slow = kernel_cost(wgmma.kernels[0], wgmma, SM90), kernel_cost(mma_sync.kernels[0], mma_sync, SM90)
+    assert fast.blocks == slow.blocks == 16 * 4 * 32 and fast.blocks_per_sm == 1   # 225 KB of shared memory
+    assert fast.seconds < 0.7 * slow.seconds      # measured on the H200: 372 against 672 us
