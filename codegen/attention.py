@@ -115,7 +115,7 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     offset = match.causal_offset
     unmasked = None
     if match.mask is not None:      # tiles every query of a warp sees whole skip the mask's arithmetic
-        unmasked = _score_code(shapes, match, _unmasked_score(match), batch + (qn, kn))
+        unmasked = _score_code(shapes, match, _unmasked_score(match.score, match.mask), batch + (qn, kn))
     skip = skips_masked_tiles(match)
     bq, bkv = schedule["bq"], schedule["bkv"]
     warps, split = warps_and_split(bq)
@@ -312,15 +312,15 @@ def _score_code(shapes: dict, match: AttentionMatch, score: Node, index: tuple[s
     return {"lines": "\n".join(emitter.lines), "value": value}
 
 
-def _unmasked_score(match: AttentionMatch) -> Node:
+def _unmasked_score(score: Node, mask: Node) -> Node:
     """The score where the mask is 0: the sum that adds the mask replaced by its other addend (a score of -0.0
-    becoming +0.0 is all that changes, and only where the mask is 0), else the mask replaced by a constant 0."""
-    for node in toposort([match.score]):
-        if node.op == Op.ADD and any(src is match.mask for src in node.srcs):
-            other = node.srcs[1] if node.srcs[0] is match.mask else node.srcs[0]
+    staying -0.0 instead of becoming +0.0 is all that changes), else the mask replaced by a constant 0."""
+    for node in toposort([score]):
+        if node.op == Op.ADD and any(src is mask for src in node.srcs):
+            other = node.srcs[1] if node.srcs[0] is mask else node.srcs[0]
             if other.shape == node.shape and other.dtype == node.dtype:
-                return _replaced(match.score, node, other)
-    return _replaced(match.score, match.mask, P.constant(0.0, match.mask.shape, match.mask.dtype))
+                return _replaced(score, node, other)
+    return _replaced(score, mask, P.constant(0.0, mask.shape, mask.dtype))
 
 
 def _replaced(root: Node, target: Node, replacement: Node) -> Node:
