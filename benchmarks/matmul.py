@@ -4,10 +4,11 @@ Shapes are issue 5's: 4096^3, and LLM shapes with M = 16, 128, 4096 and N, K fro
 output is checked against torch's (itself checked against a float64 reference) before its timing counts.
 
     python benchmarks/matmul.py [--dtype float16|bfloat16] [--quick]   # ts.compile, as a user would
-    python benchmarks/matmul.py --sweep [--quick]                        # the kernel under fixed schedules
+    python benchmarks/matmul.py --sweep [--quick] [--wgmma]              # the kernel under fixed schedules
 
 `--sweep` times the one matmul kernel directly under each schedule of SWEEP (what the search would
-choose between), so that a default can be picked from measurements.
+choose between), so that a default can be picked from measurements; `--wgmma` keeps only its wgmma (TMA)
+schedules and the default, about a third of the time.
 """
 from __future__ import annotations
 
