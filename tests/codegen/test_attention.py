@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import tensorsmith as ts
-from attention_cases import ATTENTION_CASES, ATTENTION_SCHEDULES, attention_graph, attention_program
+from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, WGMMA_SCHEDULES, attention_graph,
+                             attention_program)
 from tensorsmith import nn, rewrites, search
 from tensorsmith.codegen import attention
 from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
@@ -331,3 +332,33 @@ def test_fragment_model_score_indices_are_the_lanes_accumulators() -> None:
     for n, lane, e in itertools.product(range(4), range(32), range(4)):
         qi, kj = lane // 4 + e // 2 * 8, n * 8 + lane % 4 * 2 + e % 2
         assert math.isclose(r_s[n, lane, e], q[qi] @ k[kj], rel_tol=1e-12, abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("schedule", WGMMA_SCHEDULES, ids=lambda s: f"bkv{s['bkv']}")
+@pytest.mark.parametrize("case", sorted(name for name in ATTENTION_CASES if name.startswith("prefill")))
+def test_wgmma_kernel_renders_and_compiles(case: str, schedule: dict[str, int]) -> None:
+    """attention_tma.cu.j2 for every prefill case: a producer and two consumer warpgroups, a tensor map per operand
+    (head dim, tokens, heads, batch: the box 64 x the tile's rows), and a cubin for sm_90a."""
+    _, kernel = attention_program(attention_graph(case, ATTENTION_CASES[case]), schedule)
+    batch, heads, queries, keys, dim = ATTENTION_CASES[case][:5]
+    assert kernel.arch == "sm_90a" and kernel.block == (384, 1, 1)
+    assert kernel.grid == (-(-queries // 128) * batch * heads, 1, 1)
+    outer = (heads,) if batch == 1 else (heads, batch)        # an axis of size 1 has no dimension in the map
+    assert [(m.buffer, m.dims, m.box) for m in kernel.tensor_maps] == [
+        ("q", (dim, queries, *outer), (64, 128, *[1] * len(outer))),
+        ("k", (dim, keys, *outer), (64, schedule["bkv"], *[1] * len(outer))),
+        ("v", (dim, keys, *outer), (64, schedule["bkv"], *[1] * len(outer)))]
+    assert kernel.shared_bytes == attention.wgmma_shared_bytes(128, schedule["bkv"], dim, dim) <= 227 * 1024
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch))
+
+
+def test_wgmma_schedule_falls_back_to_mma_sync_where_tma_cannot_copy_an_operand() -> None:
+    """Keys and values shared by two heads (a broadcast: stride 0) have no tensor map: the same schedule renders the
+    mma.sync kernel, which reads them through index arithmetic."""
+    g = ts.Graph("shared_kv")
+    q = g.input("q", (1, 2, 128, 64), "float16")
+    k, v = (g.input(name, (1, 1, 128, 64), "float16").expand(1, 2, 128, 64) for name in "kv")
+    g.output("o", nn.attention(q, k, v, causal=True))
+    _, kernel = attention_program(g, {"bq": 128, "bkv": 128, "wgmma": 1})
+    assert kernel.arch is None and not kernel.tensor_maps and "mma.sync.aligned.m16n8k16" in kernel.source
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90"))
