@@ -362,3 +362,14 @@ def test_wgmma_schedule_falls_back_to_mma_sync_where_tma_cannot_copy_an_operand(
     _, kernel = attention_program(g, {"bq": 128, "bkv": 128, "wgmma": 1})
     assert kernel.arch is None and not kernel.tensor_maps and "mma.sync.aligned.m16n8k16" in kernel.source
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90"))
+
+
+@pytest.mark.parametrize("case", sorted(name for name in ATTENTION_CASES if name.startswith("prefill")))
+def test_overlapped_pipeline_renders_and_compiles(case: str, monkeypatch) -> None:
+    """attention_tma.cu.j2's other pipeline (TMA_OVERLAP, not yet run on a GPU): the wait for the previous P V opens
+    each trip of a loop that is not unrolled, and a masked tile's branch is taken once, outside the element loops."""
+    monkeypatch.setattr(attention, "TMA_OVERLAP", True)
+    _, kernel = attention_program(attention_graph(case, ATTENTION_CASES[case]), WGMMA_SCHEDULES[-1])
+    assert "#pragma unroll 1\n    for (int tile = 1; tile < my_tiles; ++tile) {\n      after_output(" in kernel.source
+    assert ("      if (unmasked) {\n        #pragma unroll" in kernel.source) == ATTENTION_CASES[case][6]
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch))
