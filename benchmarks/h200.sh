@@ -4,7 +4,8 @@
 # From the project root here:  ../shared/tools/device-wheels.sh   (once; builds .whl/)
 # Then through the device tool, carrying .whl:  bash benchmarks/h200.sh [tests|examples|memory|matmul|attention ...]
 # (no argument: all of them; about 12 minutes, so split it over two calls; BUDGET=15 shortens each example's search,
-# ONLY=gelu,softmax picks memory-bound rows)
+# ONLY=gelu,softmax picks memory-bound rows; `sass` prints where the device's ptxas puts the wgmma waits, with
+# nvidia-cuda-nvdisasm's wheel downloaded into .whl)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 STEPS=${*:-tests examples memory matmul attention}
@@ -23,5 +24,6 @@ examples) for model in examples/*.py; do
 memory) python3 benchmarks/memory_bound.py ${ONLY:+--only $ONLY} 2>&1 | tee $OUT/memory_bound.log | tail -8 ;;
 matmul) (cd benchmarks && python3 matmul.py --sweep && python3 matmul.py --sweep --quick --dtype bfloat16) 2>&1 \
         | tee $OUT/matmul.log | grep -E "^ *[0-9]+ x|default|WRONG|float16" ;;
+sass) python3 benchmarks/sass.py 2>&1 | tee $OUT/sass.log ;;   # needs the nvidia-cuda-nvdisasm wheel in .whl
 attention) (cd benchmarks && python3 attention.py --sweep --overlap) 2>&1 | tee $OUT/attention.log | tail -30 ;;
 esac; done
