@@ -36,7 +36,7 @@ from .mcts import MCTSConfig, mcts
 from .partition import partition, unfused
 from .prune import AbstractChecker
 from .space import Boundaries, Candidate, CandidateSpace
-from .verify import Check, Draw, VerificationError, reference_draw, softmax_like, verify_program
+from .verify import Draw, VerificationError, reference_draw, softmax_like, verify_program
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,6 @@ class SearchResult:
     stats: SearchStats
     greedy_us: float = math.nan      # the greedy partition at codegen's default schedules, predicted
     unfused_us: float = math.nan     # one kernel per op at default schedules, predicted
-    checks: list[Check] = field(default_factory=list)   # the winner's random tests (verify_program, the search's seed)
 
     def summary(self) -> dict[str, Any]:
         return {"predicted_us": self.predicted_us, "measured_us": self.measured_us, "greedy_us": self.greedy_us,
@@ -114,7 +113,6 @@ class _Run:
     measured: dict[Candidate, float] = field(default_factory=dict)
     rejected: dict[Candidate, str] = field(default_factory=dict)    # verdicts of candidates measure refused
     verdicts: dict[Boundaries, bool] = field(default_factory=dict)
-    checks: dict[Boundaries, list[Check]] = field(default_factory=dict)   # of each boundary set that passed
     draws: dict[int, Draw | None] = field(default_factory=dict)   # verify_program's memo: inputs, reference per draw
     history: list[dict[str, Any]] = field(default_factory=list)
     stats: SearchStats = field(default_factory=SearchStats)
@@ -134,8 +132,8 @@ class _Run:
         boundaries = candidate.boundaries
         if boundaries not in self.verdicts:
             try:
-                self.checks[boundaries] = verify_program(self.graph, self.space.build(candidate), self.seed,
-                                                         self.cfg.verify_draws, large=True, memo=self.draws)
+                verify_program(self.graph, self.space.build(candidate), self.seed, self.cfg.verify_draws, large=True,
+                               memo=self.draws)
                 self.verdicts[boundaries] = True
                 self.stats.verified += 1
             except VerificationError:
@@ -286,5 +284,4 @@ def _result(run: _Run, winner: Candidate, start: float) -> SearchResult:
     return SearchResult(space.build(winner), run.predicted[winner] * 1e6,
                         run.measured[winner] * 1e6 if winner in run.measured else None, run.history, stats,
                         greedy_us=program_seconds(partition(run.graph), space.target) * 1e6,
-                        unfused_us=program_seconds(unfused(run.graph), space.target) * 1e6,
-                        checks=run.checks[winner.boundaries])
+                        unfused_us=program_seconds(unfused(run.graph), space.target) * 1e6)

@@ -121,15 +121,6 @@ def test_candidates_that_fault_hang_or_are_wrong_on_the_gpu_are_reported_and_ski
     assert "is skipped (timed out)" in caplog.text
 
 
-def test_the_winners_random_tests_come_back_with_it() -> None:
-    """The checks the search made on its winner are returned, equal to verifying it afresh from the same seed
-    (the compiler reports them instead of running the same draws again)."""
-    graph = CASES["many_short_rows"]()
-    result = search_program(graph, "sm90", budget_s=30, seed=5, config=QUICK)
-    assert result.checks and all(check.ok for check in result.checks)
-    assert result.checks == verify_program(graph, result.program, seed=5, large=True)
-
-
 def test_verification_of_the_winner_is_reserved_from_the_budget(monkeypatch) -> None:
     """The first draw's reference is timed before the search starts; the search's deadline keeps the time the
     remaining draws and the program's executions will take, but never more than 75% of the budget."""
