@@ -73,7 +73,7 @@ def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: 
 def _attention_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: bool) -> Schedule:
     """Decode's split of the keys for a few queries per head (head dims up to 128, whose four warps' tiles fit in
     shared memory); on Hopper, wgmma fed by TMA where it takes the operands (measured on the H200, causal prefill
-    4x32x2048x2048x128 fp16: 396 us against mma.sync's 677); else 128 queries per block (64 for short ones), and
+    4x32x2048x2048x128 fp16: 372 us against mma.sync's 672); else 128 queries per block (64 for short ones), and
     key tiles of 128 (32 where the head dim is past 128, to keep the accumulators in registers; mma.sync, same
     shape: key tiles of 128 713 us, of 64 898 us, of 32 856 us)."""
     from .attention import attention_body, kernel_attention   # attention imports emit, which schedules must not
