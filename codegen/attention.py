@@ -27,7 +27,7 @@ from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import MASK_LIMIT, AttentionMatch, attention_index, match_attention
 
 from .emit import Emitter, NotFusable, c_literal, delinearize, row_major_strides
-from .matmul import MMA_TYPES
+from .matmul import MMA_TYPES, TMA_MAX_RANK, WGMMA_ALIGN, WGMMA_ARCH
 from .tensor_map import TensorMapSpec
 
 HEAD_DIM_STEP = 16     # one k16 step of Q K^T and one pair of n8 output tiles
@@ -47,10 +47,7 @@ TMA_PINGPONG = True    # the consumer warpgroups take turns to issue their MMAs
 TMA_OVERLAP = False
 TMA_STAGES = (3, 2)    # K and V tiles in flight: the most that fit (a step holds two, the next one loads)
 TMA_MAX_DV = 128       # a consumer thread holds DV / 2 output accumulators besides BKV / 2 scores
-TMA_MAX_RANK = 5       # dimensions of a TMA tensor map
 TMA_SHARED_LIMIT = 227 * 1024   # dynamic shared memory a Hopper block may opt in to
-WGMMA_ARCH = "sm_90a"  # wgmma and setmaxnreg need the architecture-specific target
-WGMMA_ALIGN = 1024     # the 128-byte swizzle repeats every 1024 bytes: tiles start on such a boundary
 
 
 def attention_match(node: Node) -> AttentionMatch | None:

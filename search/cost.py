@@ -327,7 +327,14 @@ def _attention_on_wgmma(kernel: Kernel, shapes: dict[str, tuple[int, ...]], sche
     """Whether `schedule` renders the kernel on attention_tma.cu.j2 (else the mma.sync template, same tiles)."""
     if not schedule.as_dict().get("wgmma"):
         return False
-    return attention.attention_body(kernel, shapes, schedule).get("template") == "attention_tma"
+    return _renders_attention_tma(kernel.name, kernel.outputs, tuple(sorted(shapes.items())), schedule)
+
+
+@lru_cache(maxsize=1024)
+def _renders_attention_tma(name: str, outputs: tuple, shapes_key: tuple, schedule: Schedule) -> bool:
+    """Rendering the context once per kernel and schedule: a costing asks three times (launch, registers, work)."""
+    kernel = Kernel(name, "attention", outputs, schedule)
+    return attention.attention_body(kernel, dict(shapes_key), schedule).get("template") == "attention_tma"
 
 
 def _attention_key_tiles(match: attention.AttentionMatch, bq: int, bkv: int) -> list[int]:
