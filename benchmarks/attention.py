@@ -5,7 +5,7 @@ Rows: causal prefill (batch 4, 32 heads, 2048 tokens, head dim 128), the same wi
 itself spot-checked against a float64 reference on two heads) before its timing counts; both are timed with
 CUDA events, L2 flushed before each run, median of 30.
 
-    python benchmarks/attention.py [--dtype float16|bfloat16] [--sweep [--overlap]]   # the kernel, timed directly
+    python benchmarks/attention.py [--dtype float16|bfloat16] [--sweep]   # the kernel, timed directly
     python benchmarks/attention.py --compile [--tokens 512] [--budget 60] # through ts.compile (profile=True)
 
 By default the kernel is rendered at codegen's default schedule (`--sweep`: under each schedule of SWEEP too)
@@ -24,7 +24,7 @@ import torch
 
 import tensorsmith as ts
 from tensorsmith import nn
-from tensorsmith.codegen import attention, runtime
+from tensorsmith.codegen import runtime
 from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.codegen.render import render_kernel
 from tensorsmith.codegen.tensor_map import launch_arguments
@@ -98,8 +98,6 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     parser.add_argument("--sweep", action="store_true", help="time the kernel under each schedule of SWEEP")
-    parser.add_argument("--overlap", action="store_true",
-                        help="with --sweep, time each wgmma schedule with codegen.attention.TMA_OVERLAP too")
     parser.add_argument("--compile", action="store_true", help="through ts.compile(profile=True), as a user would")
     parser.add_argument("--tokens", type=int, default=2048, help="prefill tokens (decode keys: twice as many)")
     parser.add_argument("--budget", type=float, default=60.0, help="ts.compile's search budget in seconds")
@@ -140,12 +138,6 @@ def main() -> None:
         for schedule in SWEEP if args.sweep else [None]:
             ours_ms, how = time_kernel(graph, schedule, tensors, expected)
             print(f"  {how}" if ours_ms is None else _row(f"  {how}", ours_ms, theirs_ms, flops, nbytes))
-            if args.overlap and schedule is not None and schedule.get("wgmma"):   # the same, other pipeline
-                attention.TMA_OVERLAP = True
-                ours_ms, how = time_kernel(graph, schedule, tensors, expected)
-                attention.TMA_OVERLAP = False
-                how += " overlap"
-                print(f"  {how}" if ours_ms is None else _row(f"  {how}", ours_ms, theirs_ms, flops, nbytes))
 
 
 if __name__ == "__main__":

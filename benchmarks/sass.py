@@ -1,6 +1,6 @@
 """Where the tensor cores wait, from the SASS of a kernel: no GPU needed, only NVRTC and nvdisasm.
 
-For the wgmma attention kernel (causal and not, each of its pipelines) and the TMA matmul, prints the order of
+For the wgmma attention kernel (causal and not) and the TMA matmul, prints the order of
 the instructions that matter for overlap: groups of wgmma (HGMMA), the waits for them (`wait<=N`: at most N
 groups still running) and the softmax's exponentials (MUFU.EX2). In a pipeline that overlaps, a step's
 exponentials lie between the wait for its scores (wait<=1) and the wait for the previous P V (wait<=0).
@@ -21,7 +21,6 @@ import tempfile
 
 import tensorsmith as ts
 from tensorsmith import nn
-from tensorsmith.codegen import attention
 from tensorsmith.codegen.nvrtc import build_options, run_nvrtc
 from tensorsmith.codegen.render import render_kernel
 from tensorsmith.ir.kernel_program import Schedule
@@ -77,11 +76,8 @@ def main() -> None:
         g = ts.Graph("attention")
         q, k, v = (g.input(name, (4, 32, 2048, 128), "float16") for name in "qkv")
         g.output("o", nn.attention(q, k, v, causal=causal))
-        for overlap in (False, True):
-            attention.TMA_OVERLAP = overlap
-            order = instruction_order(g, dict(bq=128, bkv=128, wgmma=1), nvdisasm)
-            print(f"attention causal={causal} TMA_OVERLAP={overlap}:\n  {order}")
-    attention.TMA_OVERLAP = False
+        order = instruction_order(g, dict(bq=128, bkv=128, wgmma=1), nvdisasm)
+        print(f"attention causal={causal}:\n  {order}")
     g = ts.Graph("matmul")
     g.output("c", g.input("a", (4096, 4096), "float16") @ g.input("b", (4096, 4096), "float16"))
     tile = dict(bm=128, bn=256, bk=64, stages=4, warps_m=2, warps_n=4, split_k=1, wgmma=1)

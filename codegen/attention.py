@@ -42,9 +42,6 @@ OTHER_REGISTERS = 40   # addresses, indices, the softmax state: what a thread ho
 TMA_BQ = 128           # attention_tma.cu.j2: two consumer warpgroups of 64 query rows
 TMA_THREADS = 128 * (TMA_BQ // 64 + 1)   # and the producer warpgroup
 TMA_PINGPONG = True    # the consumer warpgroups take turns to issue their MMAs
-# attention_tma.cu.j2's other pipeline, whose softmax runs under the previous P V in NVRTC 13's SASS (in the
-# default one ptxas moves the wait for that P V above the softmax); renders and compiles, not yet run on a GPU
-TMA_OVERLAP = False
 TMA_STAGES = (3, 2)    # K and V tiles in flight: the most that fit (a step holds two, the next one loads)
 TMA_MAX_DV = 128       # a consumer thread holds DV / 2 output accumulators besides BKV / 2 scores
 TMA_SHARED_LIMIT = 227 * 1024   # dynamic shared memory a Hopper block may opt in to
@@ -195,7 +192,7 @@ def _tma(match: AttentionMatch, batch: tuple[str, ...], qn: str, kn: str, contex
     if context["skip_masked"]:
         how += "; key tiles past the causal diagonal skipped"
     return {"template": "attention_tma", "arch": WGMMA_ARCH, "stages": stages, "block": (TMA_THREADS, 1, 1),
-            "pingpong": TMA_PINGPONG, "overlap": TMA_OVERLAP,
+            "pingpong": TMA_PINGPONG,
             "shared_bytes": wgmma_shared_bytes(bq, bkv, dqk, dv), "tensor_maps": specs,
             "tma_ranks": sorted({len(spec.dims) for spec in specs}), **loads, "strategy": how}
 

@@ -10,7 +10,6 @@ import pytest
 import tensorsmith as ts
 from attention_cases import ATTENTION_CASES, ATTENTION_SCHEDULES, WGMMA_SCHEDULES, attention_graph, attention_program
 from kernel_launch import run_rendered
-from tensorsmith.codegen import attention
 from tensorsmith.model_loader import load_graph
 from tensorsmith.search.verify import compare, random_inputs, relative_l2
 
@@ -55,17 +54,6 @@ def test_wgmma_kernel_matches_reference(case: str, schedule: dict[str, int]) -> 
     keys) on attention_tma.cu.j2."""
     graph = attention_graph(case, ATTENTION_CASES[case])
     assert attention_program(graph, schedule)[1].source.count("wgmma_rs_m64n") > 1, "rendered on wgmma"
-    _check_kernel(graph, schedule)
-
-
-@pytest.mark.parametrize("schedule", WGMMA_SCHEDULES, ids=lambda s: f"bkv{s['bkv']}")
-@pytest.mark.parametrize("case", sorted(name for name in ATTENTION_CASES if name.startswith("prefill")))
-def test_overlapped_wgmma_pipeline_matches_reference(case: str, schedule: dict[str, int], monkeypatch) -> None:
-    """attention_tma.cu.j2's other pipeline (codegen.attention.TMA_OVERLAP), whose softmax runs under the previous
-    P V, on every prefill case."""
-    monkeypatch.setattr(attention, "TMA_OVERLAP", True)
-    graph = attention_graph(case, ATTENTION_CASES[case])
-    assert "after_output(" in attention_program(graph, schedule)[1].source
     _check_kernel(graph, schedule)
 
 
