@@ -26,7 +26,8 @@ from tensorsmith.codegen.render import render_kernel
 from tensorsmith.ir.kernel_program import Schedule
 from tensorsmith.search.partition import partition
 
-EVENTS = {"HGMMA": "wgmma", "DEPBAR.LE gsb0, 0x0": "wait<=0", "DEPBAR.LE gsb0, 0x1": "wait<=1", "MUFU.EX2": "exp2"}
+EVENTS = {"HGMMA": "wgmma", "DEPBAR.LE gsb0, 0x0": "wait<=0", "DEPBAR.LE gsb0, 0x1": "wait<=1", "MUFU.EX2": "exp2",
+          " STL": "spill store", " LDL": "spill load"}   # local memory: registers spilled
 
 
 def find_nvdisasm() -> str | None:
@@ -42,7 +43,8 @@ def find_nvdisasm() -> str | None:
 
 
 def instruction_order(graph: ts.Graph, schedule: dict[str, int], nvdisasm: str) -> str:
-    """The graph's one kernel under `schedule`, compiled for sm_90a: its HGMMA, wait and MUFU.EX2 runs in order."""
+    """The graph's one kernel under `schedule`, compiled for sm_90a: its HGMMA, wait, MUFU.EX2 and spill runs in
+    order."""
     program = partition(graph)
     kernel = dataclasses.replace(program.kernels[0], schedule=Schedule.of(**schedule))
     rendered = render_kernel(dataclasses.replace(program, kernels=[kernel]), 0)

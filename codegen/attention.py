@@ -27,7 +27,7 @@ from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import MASK_LIMIT, AttentionMatch, attention_index, match_attention
 
 from .emit import Emitter, NotFusable, c_literal, delinearize, row_major_strides
-from .matmul import MMA_TYPES, TMA_MAX_RANK, WGMMA_ALIGN, WGMMA_ARCH
+from .matmul import MMA_TYPES, SM_COUNT, TMA_MAX_RANK, WGMMA_ALIGN, WGMMA_ARCH
 from .tensor_map import TensorMapSpec
 
 HEAD_DIM_STEP = 16     # one k16 step of Q K^T and one pair of n8 output tiles
@@ -184,14 +184,19 @@ def _tma(match: AttentionMatch, batch: tuple[str, ...], qn: str, kn: str, contex
              "coords": [str(64 * block) if name == "hd" else starts[name] for name in names]}
             for block in range(dim // 64)]
     consumers, stages = bq // 64, wgmma_stages(bq, bkv, dqk, dv)
-    how = (f"one block per {bq} queries of a head: a producer warpgroup copies Q once and K and V tiles of {bkv}"
-           f" keys by TMA into rings of {stages}; {consumers} consumer warpgroups of 64 query rows run"
+    tiles = -(-context["tq"] // bq) * context["batch"]
+    blocks = min(SM_COUNT, -(-tiles // 2))
+    how = (f"persistent: {blocks} blocks walk the {tiles} tiles of {bq} queries of a head in pairs of equal work"
+           f" (a head's longest and shortest causal rows); a producer warpgroup copies Q and K and V tiles of {bkv}"
+           f" keys by TMA into rings of {stages}, the next tile's Q as the last scores are done; {consumers}"
+           " consumer warpgroups of 64 query rows run"
            f" S = QK^T (wgmma m64n{bkv}k16) and O += PV (wgmma m64n{dv}k16, P from registers), {context['mma_type']}"
            " -> float, the online softmax in registers while the previous tile's PV runs"
            + ("; the consumers take turns to issue" if TMA_PINGPONG else ""))
     if context["skip_masked"]:
         how += "; key tiles past the causal diagonal skipped"
     return {"template": "attention_tma", "arch": WGMMA_ARCH, "stages": stages, "block": (TMA_THREADS, 1, 1),
+            "grid": (blocks, 1, 1),
             "pingpong": TMA_PINGPONG,
             "shared_bytes": wgmma_shared_bytes(bq, bkv, dqk, dv), "tensor_maps": specs,
             "tma_ranks": sorted({len(spec.dims) for spec in specs}), **loads, "strategy": how}

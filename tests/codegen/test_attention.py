@@ -17,6 +17,7 @@ from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, WGMMA_SCHEDUL
                              attention_program)
 from tensorsmith import nn, rewrites, search
 from tensorsmith.codegen import attention
+from tensorsmith.codegen.matmul import SM_COUNT
 from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
 from tensorsmith.codegen.render import render_kernel
 from tensorsmith.codegen.schedules import ARCHETYPES, is_valid
@@ -337,12 +338,13 @@ def test_fragment_model_score_indices_are_the_lanes_accumulators() -> None:
 @pytest.mark.parametrize("schedule", WGMMA_SCHEDULES, ids=lambda s: f"bkv{s['bkv']}")
 @pytest.mark.parametrize("case", sorted(name for name in ATTENTION_CASES if name.startswith("prefill")))
 def test_wgmma_kernel_renders_and_compiles(case: str, schedule: dict[str, int]) -> None:
-    """attention_tma.cu.j2 for every prefill case: a producer and two consumer warpgroups, a tensor map per operand
-    (head dim, tokens, heads, batch: the box 64 x the tile's rows), and a cubin for sm_90a."""
+    """attention_tma.cu.j2 for every prefill case: a producer and two consumer warpgroups, a block per pair of
+    query tiles (at most one per SM), a tensor map per operand (head dim, tokens, heads, batch: the box 64 x the
+    tile's rows), and a cubin for sm_90a."""
     _, kernel = attention_program(attention_graph(case, ATTENTION_CASES[case]), schedule)
     batch, heads, queries, keys, dim = ATTENTION_CASES[case][:5]
     assert kernel.arch == "sm_90a" and kernel.block == (384, 1, 1)
-    assert kernel.grid == (-(-queries // 128) * batch * heads, 1, 1)
+    assert kernel.grid == (min(SM_COUNT, -(-(-(-queries // 128) * batch * heads) // 2)), 1, 1)
     outer = (heads,) if batch == 1 else (heads, batch)        # an axis of size 1 has no dimension in the map
     assert [(m.buffer, m.dims, m.box) for m in kernel.tensor_maps] == [
         ("q", (dim, queries, *outer), (64, 128, *[1] * len(outer))),

@@ -10,6 +10,7 @@ import pytest
 import tensorsmith as ts
 from attention_cases import ATTENTION_CASES, ATTENTION_SCHEDULES, WGMMA_SCHEDULES, attention_graph, attention_program
 from kernel_launch import run_rendered
+from tensorsmith.codegen import attention
 from tensorsmith.model_loader import load_graph
 from tensorsmith.search.verify import compare, random_inputs, relative_l2
 
@@ -54,6 +55,17 @@ def test_wgmma_kernel_matches_reference(case: str, schedule: dict[str, int]) -> 
     keys) on attention_tma.cu.j2."""
     graph = attention_graph(case, ATTENTION_CASES[case])
     assert attention_program(graph, schedule)[1].source.count("wgmma_rs_m64n") > 1, "rendered on wgmma"
+    _check_kernel(graph, schedule)
+
+
+@pytest.mark.parametrize("schedule", WGMMA_SCHEDULES, ids=lambda s: f"bkv{s['bkv']}")
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "no_mask"])
+def test_persistent_blocks_walk_many_query_tiles(schedule: dict[str, int], causal: bool, monkeypatch) -> None:
+    """Three blocks for the 15 query tiles of five heads (an odd count per head): each block walks five or so,
+    its K and V rings and its Q buffer running on from one tile to the next."""
+    monkeypatch.setattr(attention, "SM_COUNT", 3)
+    graph = attention_graph("persistent", (1, 5, 300, 300, 64, "float16", causal))
+    assert attention_program(graph, schedule)[1].grid == (3, 1, 1)
     _check_kernel(graph, schedule)
 
 
