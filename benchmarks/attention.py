@@ -3,7 +3,7 @@
 Rows: causal prefill (batch 4, 32 heads, 2048 tokens, head dim 128), the same without the mask, and decode
 (1 query against 4096 keys, batch 4, 32 heads, head dim 128). Our output is checked against SDPA's (SDPA's
 itself spot-checked against a float64 reference on two heads) before its timing counts; both are timed with
-CUDA events, L2 flushed before each run, median of 30.
+CUDA events, L2 flushed before each run, in turns (memory_bound.time_interleaved), median of 60.
 
     python benchmarks/attention.py [--dtype float16|bfloat16] [--sweep]   # the kernel, timed directly
     python benchmarks/attention.py --compile [--tokens 512] [--budget 60] # through ts.compile (profile=True)
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -32,7 +33,7 @@ from tensorsmith.ir.kernel_program import Schedule
 from tensorsmith.search.partition import partition
 from tensorsmith.search.verify import relative_l2
 
-from memory_bound import time_torch
+from memory_bound import time_interleaved, time_torch
 
 # (label, batch, heads, queries, keys, head dim, causal)
 ROWS = [("causal prefill", 4, 32, 2048, 2048, 128, True),
@@ -69,9 +70,10 @@ def _row(label: str, ours_ms: float, theirs_ms: float, flops: float, nbytes: flo
             f"{theirs_ms / ours_ms:6.2f}")
 
 
-def time_kernel(graph: ts.Graph, schedule: dict[str, int] | None, tensors: dict[str, torch.Tensor],
-                expected: torch.Tensor) -> tuple[float | None, str]:
-    """The graph's attention kernel under `schedule` on torch's tensors (zero copy): checked, then timed."""
+def kernel_run(graph: ts.Graph, schedule: dict[str, int] | None, tensors: dict[str, torch.Tensor],
+               expected: torch.Tensor) -> tuple[Callable[[], None] | None, str]:
+    """The graph's attention kernel under `schedule` on torch's tensors (zero copy), checked: a launch of it to
+    time, or None where its output is wrong."""
     program = partition(graph)
     assert [k.archetype for k in program.kernels] == ["attention"], [k.archetype for k in program.kernels]
     kernel = program.kernels[0]
@@ -91,7 +93,7 @@ def time_kernel(graph: ts.Graph, schedule: dict[str, int] | None, tensors: dict[
     error = relative_l2(tensors["o"].float().cpu().numpy(), expected.float().cpu().numpy())
     if not error < 1e-2:
         return None, f"{label}: WRONG, relative L2 {error:.3g} against SDPA"
-    return float(np.median(runtime.time_kernel(run, warmup=5, repeat=30))), label
+    return run, label
 
 
 def main() -> None:
@@ -118,12 +120,12 @@ def main() -> None:
         for b, h in ((0, 0), (batch - 1, heads - 1)):
             spot = relative_l2(expected[b, h].double().cpu().numpy(), reference_head(q[b, h], k[b, h], v[b, h], causal))
             assert spot < 1e-2, f"SDPA itself is off by {spot:.3g} on head {b}, {h}"
-        theirs_ms = time_torch(lambda: sdpa(q, k, v, is_causal=causal), (), repeat=30)
         visible = queries * (queries + 1) / 2 if causal else queries * keys
         flops = 4.0 * batch * heads * visible * dim if queries > 1 else 0.0
         nbytes = (q.numel() + k.numel() + v.numel() + q.numel()) * q.element_size()
         title = f"{label} {batch}x{heads}x{queries}x{keys}x{dim}"
         if args.compile:
+            theirs_ms = time_torch(lambda: sdpa(q, k, v, is_causal=causal), (), repeat=30)
             program = ts.compile(graph, profile=True, cache=False, budget_s=args.budget)
             out = program(q=q, k=k, v=v)["o"]
             error = relative_l2(out.float().cpu().numpy(), expected.float().cpu().numpy())
@@ -136,8 +138,12 @@ def main() -> None:
         tensors = {"q": q, "k": k, "v": v, "o": torch.empty_like(q)}
         print(title)
         for schedule in SWEEP if args.sweep else [None]:
-            ours_ms, how = time_kernel(graph, schedule, tensors, expected)
-            print(f"  {how}" if ours_ms is None else _row(f"  {how}", ours_ms, theirs_ms, flops, nbytes))
+            run, how = kernel_run(graph, schedule, tensors, expected)
+            if run is None:
+                print(f"  {how}")
+                continue
+            times = time_interleaved({"ours": run, "sdpa": lambda: sdpa(q, k, v, is_causal=causal)})
+            print(_row(f"  {how}", times["ours"], times["sdpa"], flops, nbytes))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from tensorsmith.ir.kernel_program import Schedule
 from tensorsmith.search.partition import partition
 from tensorsmith.search.verify import random_inputs, relative_l2
 
-from memory_bound import time_torch
+from memory_bound import time_interleaved, time_torch
 
 SHAPES = [(4096, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096), (16, 11008, 4096), (128, 4096, 11008),
           (4096, 11008, 4096), (4096, 4096, 11008)]
@@ -63,8 +63,8 @@ def _row(label: str, ours_ms: float, theirs_ms: float, flops: float) -> str:
 
 
 def sweep(m: int, n: int, k: int, dtype: str, a: torch.Tensor, b: torch.Tensor, expected: torch.Tensor,
-          theirs_ms: float, wgmma_only: bool = False) -> None:
-    """Each SWEEP schedule's kernel on torch's tensors (zero copy), checked, then timed like cuBLAS."""
+          wgmma_only: bool = False) -> None:
+    """Each SWEEP schedule's kernel on torch's tensors (zero copy), checked, then timed in turns with cuBLAS."""
     program = partition(matmul_graph(m, n, k, dtype))
     out = torch.empty((m, n), dtype=a.dtype, device="cuda")
     pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": out.data_ptr()}
@@ -90,8 +90,8 @@ def sweep(m: int, n: int, k: int, dtype: str, a: torch.Tensor, b: torch.Tensor, 
         if not error < 1e-2:
             print(f"{label:34s} WRONG: relative L2 {error:.3g}")
             continue
-        ours_ms = float(np.median(runtime.time_kernel(run, warmup=5, repeat=30)))
-        print(_row(label, ours_ms, theirs_ms, 2.0 * m * n * k))
+        times = time_interleaved({"ours": run, "cublas": lambda: torch.matmul(a, b)})
+        print(_row(label, times["ours"], times["cublas"], 2.0 * m * n * k))
 
 
 def main() -> None:
@@ -112,12 +112,12 @@ def main() -> None:
         rows = np.random.default_rng(0).choice(m, size=min(m, 64), replace=False)   # a float64 spot check
         reference = inputs["a"][rows].astype(np.float64) @ inputs["b"].astype(np.float64)
         assert relative_l2(expected[torch.from_numpy(rows).cuda()].float().cpu().numpy(), reference) < 1e-2
-        theirs_ms = time_torch(torch.matmul, (a, b))
         label = f"{m:5d} x {n:5d} x {k:5d}"
         if args.sweep:
             print(label)
-            sweep(m, n, k, args.dtype, a, b, expected, theirs_ms, args.wgmma)
+            sweep(m, n, k, args.dtype, a, b, expected, args.wgmma)
             continue
+        theirs_ms = time_torch(torch.matmul, (a, b))
         program = ts.compile(graph, profile=True, cache=False)
         out = program(a=a, b=b)["c"]
         error = relative_l2(out.float().cpu().numpy(), expected.float().cpu().numpy())

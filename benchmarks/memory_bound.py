@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -79,6 +80,38 @@ def time_torch(fn, args, repeat: int = 50) -> float:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+SLEEP_CYCLES = 50_000_000   # about 30 ms at the H200's clocks: longer than Python takes to queue a round
+
+
+def time_interleaved(runs: dict[str, Callable[[], object]], rounds: int = 6, repeat: int = 10) -> dict[str, float]:
+    """Median ms of each of `runs`, timed in turns: `rounds` rounds in which each run goes `repeat` times, L2
+    flushed before every run and a round's runs queued behind a sleeping kernel before one synchronize (so that
+    the time between two events is the GPU's, not Python's launch), so that a drift of the GPU's clocks during
+    a benchmark falls on each run alike (timed one after the other, cuBLAS and SDPA moved by up to 14% between
+    runs of the same script). Every run must use torch's current stream, as the launches of
+    tensorsmith.codegen.runtime (the legacy default stream) do."""
+    flush = torch.empty(2 * 60 * 2**20, dtype=torch.uint8, device="cuda")
+    for run in runs.values():
+        for _ in range(3):
+            run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        events = []
+        torch.cuda._sleep(SLEEP_CYCLES)   # the GPU waits while the round is queued: no launch gap is timed
+        for name, run in runs.items():
+            for _ in range(repeat):
+                flush.zero_()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                run()
+                end.record()
+                events.append((name, start, end))
+        torch.cuda.synchronize()
+        for name, start, end in events:
+            times[name].append(start.elapsed_time(end))
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def copy_bandwidth() -> float:
