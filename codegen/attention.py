@@ -26,8 +26,8 @@ from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import MASK_LIMIT, AttentionMatch, attention_index, match_attention
 
-from .emit import Emitter, NotFusable, c_literal, delinearize, row_major_strides
-from .matmul import MMA_TYPES, SM_COUNT, TMA_MAX_RANK, WGMMA_ALIGN, WGMMA_ARCH
+from .emit import Emitter, NotFusable, c_literal, delinearize, linear_index, row_major_strides
+from .matmul import MMA_TYPES, PAIRS, SM_COUNT, TMA_MAX_RANK, WGMMA_ALIGN, WGMMA_ARCH
 from .tensor_map import TensorMapSpec
 
 HEAD_DIM_STEP = 16     # one k16 step of Q K^T and one pair of n8 output tiles
@@ -131,6 +131,7 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         "score": score, "score_unmasked": unmasked, "mask_offset": offset if match.mask is not None else None,
         "skip_masked": skip, "exp_scale": c_literal(match.exp_scale, DType.FLOAT32),
         "epilogue": _epilogue(shapes, match, name, out, batch, qn),
+        "pair_store": _pair_store(shapes, match, name, out, batch, qn),
         "block": (32 * warps, 1, 1), "grid": (-(-tq // bq) * batches, 1, 1),
         "shared_bytes": shared_bytes(bq, bkv, dqk, dv), "strategy": how,
     }
@@ -337,8 +338,28 @@ def _replaced(root: Node, target: Node, replacement: Node) -> Node:
 
 def _epilogue(shapes: dict, match: AttentionMatch, name: str, out: Node, batch: tuple[str, ...], qn: str) -> str:
     """The output at (query qi, element hd) from `acc` (the unnormalised P V), `l_row` (the row's sum of
-    exponentials) and `m_row` (its max score): the normalisation, then whatever the output computes."""
-    emitter = Emitter(shapes, indent=3)
+    exponentials) and `m_row` (its max score): the normalisation, then whatever the output computes; stored."""
+    emitter, index, value = _output_value(shapes, match, out, batch, qn, indent=3)
+    emitter.store(name, out.dtype, index, value)
+    return "\n".join(emitter.lines)
+
+
+def _pair_store(shapes: dict, match: AttentionMatch, name: str, out: Node, batch: tuple[str, ...],
+                qn: str) -> dict | None:
+    """The same output as a value of (qi, hd, acc, l_row, m_row), for attention_tma.cu.j2 to store a lane's two
+    neighbouring elements (hd even) with one 4-byte store: for a 16-bit output, whose rows (DV) are even."""
+    if out.dtype not in PAIRS:
+        return None
+    emitter, index, value = _output_value(shapes, match, out, batch, qn, indent=4)
+    vector, pack = PAIRS[out.dtype]
+    return {"lines": "\n".join(emitter.lines), "value": value, "vector": vector, "pack": pack,
+            "target": f"g_{name}[{linear_index(index, shapes[name])}]"}
+
+
+def _output_value(shapes: dict, match: AttentionMatch, out: Node, batch: tuple[str, ...], qn: str,
+                  indent: int) -> tuple[Emitter, tuple[str, ...], str]:
+    """An emitter holding the statements of the output's value at (batch, qi, hd), that index, and the value."""
+    emitter = Emitter(shapes, indent=indent)
     row = batch + (qn,)
     last = match.score.ndim - 1
     for node in toposort([out]):
@@ -353,5 +374,4 @@ def _epilogue(shapes: dict, match: AttentionMatch, name: str, out: Node, batch: 
         value = "o_value"
     index = batch + (qn, "hd")
     emitter.reduced[id(match.output)] = (index, value)
-    emitter.store(name, out.dtype, index, emitter.value(out, index))
-    return "\n".join(emitter.lines)
+    return emitter, index, emitter.value(out, index)

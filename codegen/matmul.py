@@ -25,6 +25,7 @@ from .schedules import wgmma_schedule_ok
 from .tensor_map import TensorMapSpec
 
 MMA_TYPES = {DType.FLOAT16: ("__half", "__float2half_rn"), DType.BFLOAT16: ("__nv_bfloat16", "__float2bfloat16_rn")}
+PAIRS = {DType.FLOAT16: ("__half2", "__floats2half2_rn"), DType.BFLOAT16: ("__nv_bfloat162", "__floats2bfloat162_rn")}
 MIN_DIM = 16   # one tensor-core fragment; smaller products stay on the CUDA cores
 CHUNK = 8      # fp16/bf16 elements in one 16-byte copy
 PAD = 8        # elements added to each shared tile row (the template's PAD)
@@ -77,7 +78,8 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         "warps_m": schedule["warps_m"], "warps_n": schedule["warps_n"], "mma_type": mma_type, "to_mma": to_mma,
         "load_a": "\n".join(load_a), "value_a": value_a, "load_b": "\n".join(load_b), "value_b": value_b,
         "a_major": a_layout, "b_major": b_layout, "copy_a": copy_a, "copy_b": copy_b,
-        "epilogue": "\n".join(epilogue.lines), "block": (32 * schedule["warps_m"] * schedule["warps_n"], 1, 1),
+        "epilogue": "\n".join(epilogue.lines), "pair_store": plan["pair_store"],
+        "block": (32 * schedule["warps_m"] * schedule["warps_n"], 1, 1),
         "grid": (-(-n // bn), -(-m // bm), math.prod(match.batch_shape) * split_k),
         "shared_bytes": shared_bytes(bm, bn, bk, stages, a_layout, b_layout, split_k),
         **({"cluster": (1, 1, split_k)} if split_k > 1 else {}),
@@ -203,7 +205,21 @@ def _matmul_plan(kernel_name: str, outputs: tuple, shapes_key: tuple) -> dict:
     epilogue.store(name, out.dtype, batch + ("m", "n"), epilogue.value(out, batch + ("m", "n")))
     return {"match": match, "coords": coords, "load_a": load_a, "value_a": value_a, "load_b": load_b,
             "value_b": value_b, "a_major": a_major, "b_major": b_major, "copy_a": copy_a, "copy_b": copy_b,
-            "epilogue": epilogue}
+            "epilogue": epilogue, "pair_store": _pair_store(shapes, match, name, out, batch)}
+
+
+def _pair_store(shapes: dict, match: MatmulMatch, name: str, out: Node, batch: tuple[str, ...]) -> dict | None:
+    """The epilogue as a value of (m, n, acc_value), for the wgmma templates to store two neighbouring columns
+    with one 4-byte store: where the output is 16-bit and its rows have an even length, an even n is an even
+    offset (outputs and intermediates are allocated at least 16-byte aligned); else None."""
+    if out.dtype not in PAIRS or match.dims[1] % 2:
+        return None
+    emitter = Emitter(shapes, indent=2)
+    emitter.reduced[id(match.reduce)] = (batch + ("m", "n"), "acc_value")
+    value = emitter.value(out, batch + ("m", "n"))
+    vector, pack = PAIRS[out.dtype]
+    return {"lines": "\n".join(emitter.lines), "value": value, "vector": vector, "pack": pack,
+            "target": f"g_{name}[{linear_index(batch + ('m', 'n'), shapes[name])}]"}
 
 
 def _operand(shapes: dict, node: Node, index: tuple[str, ...],

@@ -178,3 +178,31 @@ def test_an_sm80_compile_uses_no_hopper_feature(m: int) -> None:
 
 def _shapes(graph: ts.Graph) -> dict[str, tuple[int, ...]]:
     return {name: buf.shape for name, buf in partition(graph).buffers.items()}
+
+
+@pytest.mark.parametrize("out_dtype, pairs", [("float16", True), ("float32", False)])
+def test_wgmma_epilogue_stores_neighbouring_columns_together(out_dtype: str, pairs: bool) -> None:
+    """A 16-bit output (rows of even length) takes one 4-byte store per lane's two columns; a float32 one keeps
+    the element-wise stores."""
+    g = ts.Graph("pairs")
+    product = g.input("a", (256, 128), "float16") @ g.input("b", (128, 512), "float16")
+    g.output("c", product if out_dtype == "float16" else product.cast(out_dtype))
+    schedule = {"bm": 128, "bn": 256, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
+    _, kernel = matmul_program(g, schedule)
+    assert ("= __floats2half2_rn(low, high);" in kernel.source) == pairs
+    assert ("auto output_value = [&](const idx_t m, const idx_t n, const float acc_value)" in kernel.source) == pairs
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90a"))
+
+
+@pytest.mark.parametrize("schedule", [
+    {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 4, "wgmma": 1},
+    {"bm": 64, "bn": 128, "bk": 32, "stages": 3, "warps_m": 2, "warps_n": 2, "split_k": 8, "wgmma": 0}],
+    ids=["tma", "mma_sync"])
+def test_split_k_reduction_loads_every_peer_before_it_stores(schedule: dict[str, int]) -> None:
+    """The cluster's reduction reads the peers' partial sums four floats at a time, all of a thread's loads in
+    one unrolled loop ahead of the loop that stores."""
+    _, kernel = matmul_program(MATMUL_CASES["b_transposed_small_m"](), schedule)
+    body = kernel.source.split('extern "C"')[1]
+    loads = body.index("load_cluster_shared4(&s_partial[row][col], peer)")
+    assert loads < body.index("const float acc_value = quad[c];") and "__cluster_dims__" in kernel.source
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))
