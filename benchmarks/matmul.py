@@ -48,6 +48,9 @@ SWEEP = [dict(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4, split_k=1, 
          dict(bm=64, bn=128, bk=64, stages=4, warps_m=1, warps_n=4, split_k=4, wgmma=1),
          dict(bm=64, bn=256, bk=64, stages=4, warps_m=1, warps_n=4, split_k=4, wgmma=1),
          dict(bm=128, bn=256, bk=64, stages=3, warps_m=2, warps_n=4, split_k=8, wgmma=1),
+         dict(bm=128, bn=128, bk=64, stages=4, warps_m=2, warps_n=4, split_k=2, wgmma=1),
+         dict(bm=64, bn=128, bk=64, stages=4, warps_m=1, warps_n=4, split_k=2, wgmma=1),
+         dict(bm=64, bn=256, bk=64, stages=4, warps_m=1, warps_n=4, split_k=2, wgmma=1),
          None]   # None: codegen's default for the shape
 
 
@@ -100,11 +103,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="only the first three shapes")
     parser.add_argument("--sweep", action="store_true", help="time the kernel under each schedule of SWEEP")
     parser.add_argument("--wgmma", action="store_true", help="sweep only SWEEP's wgmma schedules (and the default)")
+    parser.add_argument("--m", type=int, default=None, help="only the shapes with this M")
     args = parser.parse_args()
     torch_dtype = getattr(torch, args.dtype)
     print(f"{args.dtype}: {'M x N x K':25s} {'tensorsmith':>12s} {'TFLOP/s':>7s} {'cuBLAS':>11s} {'TFLOP/s':>7s} "
           f"{'ratio':>6s}")
     for m, n, k in SHAPES[:3] if args.quick else SHAPES:
+        if args.m is not None and m != args.m:
+            continue
         graph = matmul_graph(m, n, k, args.dtype)
         inputs = random_inputs(graph, seed=1)
         a, b = (torch.from_numpy(inputs[name]).to(torch_dtype).cuda() for name in ("a", "b"))

@@ -49,19 +49,20 @@ def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: 
     """128x128 tiles where M is large; narrower ones, with K split across a cluster, where tiles are too few.
     Where both operands are plain copies, Hopper's wgmma on TMA (measured on the H200 at 4096^3 fp16: 232 us
     against mma.sync's 540), with 128x256 tiles where those still fill the GPU, and 64 or 128 rows split across
-    a cluster where M is small (16 x 4096 x 4096: 19.8 us against mma.sync split-K's 22.7; 128 x 4096 x 4096:
-    30.5 us against 37.3)."""
+    a cluster where M is small (16 x 4096 x 4096: 19.8 us against mma.sync split-K's 22.7). At M = 128, 64-row
+    tiles split in two (128 x 4096 x 4096: 25.0 us, against 30.3 for 128-row tiles split in four, whose 32
+    clusters of four blocks do not all fit on the GPU at once; 128 x 4096 x 11008: 46.4 against 56.3 us)."""
     from .matmul import takes_wgmma, tensor_core_match   # matmul imports emit, which this module must not need
     match = next(m for n in kernel.body if (m := tensor_core_match(n)) is not None)
     rows, cols, depth = match.dims
-    tile_m = 128 if rows >= 128 else 64 if rows > 32 else 32
+    tile_m = 128 if rows > 128 else 64 if rows > 32 else 32   # 128 rows: two tiles, so K splits in two, not four
     tile_n = 128 if cols >= 128 else 64
     tiles = -(-rows // tile_m) * -(-cols // tile_n) * math.prod(match.batch_shape)
     bk, split_k = 64, 1
     while (hopper and split_k < 8 and tiles * split_k < BUSY_BLOCKS   # a split needs a cluster: Hopper
            and depth // (bk * split_k * 2) >= MIN_TILES_PER_SPLIT):
         split_k *= 2
-    if hopper and (split_k > 1 or tile_m == 128) and takes_wgmma(kernel, shapes):
+    if hopper and (split_k > 1 or rows >= 128) and takes_wgmma(kernel, shapes):
         wide = split_k == 1 and cols >= 256 and tiles // 2 >= BUSY_BLOCKS
         bm = 128 if tile_m == 128 else 64
         return Schedule.of(bm=bm, bn=256 if wide else 128, bk=64, stages=4, warps_m=bm // 64, warps_n=4,
