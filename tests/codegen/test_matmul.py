@@ -204,5 +204,5 @@ def test_split_k_reduction_loads_every_peer_before_it_stores(schedule: dict[str,
     _, kernel = matmul_program(MATMUL_CASES["b_transposed_small_m"](), schedule)
     body = kernel.source.split('extern "C"')[1]
     loads = body.index("load_cluster_shared4(&s_partial[row][col], peer)")
-    assert loads < body.index("const float acc_value = quad[c];") and "__cluster_dims__" in kernel.source
+    assert loads < body.index("output_value(m, n, quad[c])") and "__cluster_dims__" in kernel.source
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))
