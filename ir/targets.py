@@ -34,6 +34,7 @@ class Target:
     mma_sync_flops: float = 300e12
     wgmma_flops: float = 640e12
     launch_s: float = 3e-6              # one launch and its gap on the stream (measured ~4 us with events, H200)
+    gpcs: int = 8                       # graphics processing clusters: a thread-block cluster runs within one
 
 
 TARGETS: dict[str, Target] = {
@@ -41,7 +42,7 @@ TARGETS: dict[str, Target] = {
     "sm90": Target("sm90", "sm_90", "NVIDIA Hopper (H100, H200)", 132, 227 * 1024, 60 * 2**20, 4.3e12, 67e12),
     "sm80": Target("sm80", "sm_80", "NVIDIA Ampere (A100)", 108, 163 * 1024, 40 * 2**20, 1.9e12, 19.5e12,
                    shared_bytes_per_sm=164 * 1024, l2_bytes_per_s=5e12, tensor_flops=312e12,
-                   mma_sync_flops=220e12, wgmma_flops=0.0),   # mma.sync: an estimate (70%), not measured
+                   mma_sync_flops=220e12, wgmma_flops=0.0, gpcs=7),   # mma.sync: an estimate (70%), not measured
 }
 
 
