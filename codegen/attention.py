@@ -197,7 +197,7 @@ def _tma(match: AttentionMatch, batch: tuple[str, ...], qn: str, kn: str, contex
     if context["skip_masked"]:
         how += "; key tiles past the causal diagonal skipped"
     return {"template": "attention_tma", "arch": WGMMA_ARCH, "stages": stages, "block": (TMA_THREADS, 1, 1),
-            "grid": (blocks, 1, 1),
+            "grid": (blocks, 1, 1), "persistent": True,
             "pingpong": TMA_PINGPONG,
             "shared_bytes": wgmma_shared_bytes(bq, bkv, dqk, dv), "tensor_maps": specs,
             "tma_ranks": sorted({len(spec.dims) for spec in specs}), **loads, "strategy": how}

@@ -35,8 +35,9 @@ WGMMA_ALIGN = 1024      # the 128-byte swizzle repeats every 1024 bytes: stages 
 WGMMA_BK = 64           # K elements per tile: one 128-byte swizzled row
 WGMMA_BLOCK_BYTES = 64 * 128   # one 64 x 64 block of 16-bit elements
 TMA_MAX_RANK = 5
-SM_COUNT = 132   # SMs of an H100 SXM or H200: the persistent TMA kernel launches min(output tiles, SM_COUNT) blocks,
-                 # one per SM, that walk the tiles blockIdx.x, + gridDim.x, ... (correct for any grid)
+SM_COUNT = 132   # SMs of an H100 SXM or H200: persistent kernels are rendered for min(work, SM_COUNT) blocks that
+                 # walk the tiles blockIdx.x, + gridDim.x, ... (correct for any grid); the executor launches at most
+                 # one per SM of the GPU it runs on (executor.launch_grid)
 
 
 PARTIAL_PAD = 4   # floats added to each row of a split block's partial sums

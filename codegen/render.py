@@ -47,6 +47,8 @@ class RenderedKernel:
     shared_bytes: int = 0     # dynamic shared memory per block, set at launch
     arch: str | None = None   # the NVRTC architecture this kernel needs (sm_90a for wgmma); None: the target's
     tensor_maps: tuple[TensorMapSpec, ...] = ()   # TMA descriptors passed after the buffer pointers
+    persistent: bool = False  # blocks walk the work by gridDim.x: grid.x (one per SM of an H200) is the most
+                              # worth launching, and fewer, one per SM of a smaller GPU, compute the same
 
 
 @lru_cache(maxsize=1)
@@ -81,7 +83,7 @@ def render_kernel(program: KernelProgram, position: int, version: str = "", arch
     return RenderedKernel(kernel.name, f"{position:02d}_{kernel.writes[0]}", kernel.archetype, source,
                           context["grid"], context["block"], tuple(p["name"] for p in context["params"]),
                           kernel.writes, schedule, context.get("shared_bytes", 0), context.get("arch"),
-                          tuple(context.get("tensor_maps", ())))
+                          tuple(context.get("tensor_maps", ())), bool(context.get("persistent")))
 
 
 def _index_type(program: KernelProgram) -> str:

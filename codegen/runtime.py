@@ -151,6 +151,11 @@ def device_properties() -> dict[str, Any]:
     return dict(_device_properties())
 
 
+def sm_count() -> int:
+    """Device 0's SMs (read once): how many blocks a persistent kernel launches at most."""
+    return _device_properties()["sm_count"]
+
+
 @functools.cache
 def _device_properties() -> dict[str, Any]:
     """device_properties(), read once."""

@@ -65,6 +65,14 @@ class LaunchPlan:
         return LaunchPlan(tuple(program.kernels), dict(program.buffers), tuple(program.outputs))
 
 
+def launch_grid(kernel: CompiledKernel, sm_count: int) -> tuple[int, int, int]:
+    """The kernel's grid on a GPU of `sm_count` SMs: a persistent kernel, rendered with one block per SM of an
+    H200 (132), gets at most one per SM of this one, since a block beyond that would wait for a whole walk."""
+    if not kernel.persistent:
+        return kernel.grid
+    return (min(kernel.grid[0], sm_count), kernel.grid[1], kernel.grid[2])
+
+
 # Each Program's loaded kernels, so that calling it again does not load its modules again: keyed by the
 # Program's id and dropped when the Program is collected; within, by (name, cubin), so a kernel swapped in
 # is loaded and the one it replaced is let go.
@@ -113,7 +121,8 @@ class Session:
     def launch(self, position: int) -> None:
         kernel = self.program.kernels[position]
         args = launch_arguments(kernel.params, kernel.tensor_maps, self.pointers)
-        runtime.launch(self.functions[position], kernel.grid, kernel.block, args, kernel.shared_bytes)
+        grid = launch_grid(kernel, runtime.sm_count())
+        runtime.launch(self.functions[position], grid, kernel.block, args, kernel.shared_bytes)
 
     def run_all(self) -> None:
         for position in range(len(self.program.kernels)):

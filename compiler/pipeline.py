@@ -216,7 +216,7 @@ def to_program(c: Compilation, report: bool = True) -> Program:
         kernels.append(CompiledKernel(rendered.name, rendered.file_stem, rendered.archetype,
                                       rendered.schedule.as_dict(), source, cubin, rendered.grid, rendered.block,
                                       rendered.params, rendered.writes, measured, predicted,
-                                      rendered.shared_bytes, rendered.tensor_maps))
+                                      rendered.shared_bytes, rendered.tensor_maps, rendered.persistent))
     return Program(c.graph.name, c.target.name, dict(program.buffers), program.inputs, tuple(program.outputs),
                    kernels, c.graph, program, c.options.seed, VERSION, _report(c) if report else {})
 

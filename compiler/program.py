@@ -43,6 +43,7 @@ class CompiledKernel:
     predicted_ms: float | None = None
     shared_bytes: int = 0              # dynamic shared memory per block
     tensor_maps: tuple[TensorMapSpec, ...] = ()   # TMA descriptors, encoded at launch after the params
+    persistent: bool = False           # grid.x is at most one block per SM: launched at most one per SM there is
 
 
 @dataclass
@@ -131,7 +132,7 @@ class Program:
                          "archetype": k.archetype, "schedule": k.schedule, "grid": list(k.grid),
                          "block": list(k.block), "shared_bytes": k.shared_bytes,
                          "params": list(k.params), "writes": list(k.writes),
-                         "tensor_maps": [spec.as_dict() for spec in k.tensor_maps],
+                         "tensor_maps": [spec.as_dict() for spec in k.tensor_maps], "persistent": k.persistent,
                          "measured_ms": k.measured_ms,
                          "predicted_ms": k.predicted_ms}
                         for k in self.kernels],
@@ -152,7 +153,8 @@ def load(path: str | os.PathLike) -> Program:
                                   (folder / k["source"]).read_text(), (folder / k["cubin"]).read_bytes(),
                                   tuple(k["grid"]), tuple(k["block"]), tuple(k["params"]), tuple(k["writes"]),
                                   k["measured_ms"], k.get("predicted_ms"), k.get("shared_bytes", 0),
-                                  tuple(TensorMapSpec.from_dict(t) for t in k.get("tensor_maps", ())))
+                                  tuple(TensorMapSpec.from_dict(t) for t in k.get("tensor_maps", ())),
+                                  k.get("persistent", False))
                    for k in doc["kernels"]]
         extra = json.loads((folder / "graph.json").read_text())
         graph = graph_from_data(extra["graph"])

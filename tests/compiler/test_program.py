@@ -11,6 +11,7 @@ import pytest
 import tensorsmith as ts
 from graph_cases import CASES
 from tensorsmith.codegen.runtime import gpu_available
+from tensorsmith.executor import launch_grid
 from tensorsmith.codegen.tensor_map import TensorMapSpec
 from tensorsmith.search.verify import compare, random_inputs
 
@@ -60,6 +61,20 @@ def test_load_reads_back_the_tma_tensor_maps(tmp_path: Path) -> None:
     program.kernels[0] = dataclasses.replace(program.kernels[0], tensor_maps=maps)
     loaded = ts.load(program.save(tmp_path / "out"))
     assert [k.tensor_maps for k in loaded.kernels] == [k.tensor_maps for k in program.kernels]
+
+
+def test_persistent_kernels_are_marked_saved_and_launched_at_most_one_block_per_sm(tmp_path: Path) -> None:
+    """A persistent kernel (the TMA matmul, which walks its tiles by gridDim.x) is rendered for 132 SMs; on a GPU
+    with fewer it is launched with one block per SM, and a kernel that is not persistent keeps its grid."""
+    g = ts.Graph("wide")
+    g.output("c", g.input("a", (4096, 256), "float16") @ g.input("b", (256, 4096), "float16"))
+    program = ts.compile(g, profile=False, cache=False, budget_s=5)
+    [kernel] = program.kernels
+    assert kernel.persistent and kernel.grid == (132, 1, 1)   # 512 output tiles of 128 x 256
+    assert launch_grid(kernel, 114) == (114, 1, 1) and launch_grid(kernel, 132) == (132, 1, 1)
+    assert [k.persistent for k in ts.load(program.save(tmp_path / "out")).kernels] == [True]
+    plain = ts.compile(CASES["norms"](), profile=False, cache=False, budget_s=5).kernels[0]
+    assert not plain.persistent and launch_grid(plain, 2) == plain.grid
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -8,6 +8,7 @@ import pytest
 
 import tensorsmith as ts
 from graph_cases import CASES
+from tensorsmith.codegen import runtime
 from tensorsmith.model_loader import load_graph
 from tensorsmith.search.verify import compare, random_inputs
 
@@ -34,6 +35,19 @@ def test_case_matches_reference_on_gpu(case: str) -> None:
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_matches_reference_on_gpu(path: Path) -> None:
     _check_on_gpu(load_graph(path), seed=0)
+
+
+def test_persistent_kernel_on_fewer_sms_matches_reference(monkeypatch) -> None:
+    """A GPU with 5 SMs, as far as the launches know: the persistent TMA matmul, rendered for 128 blocks (its
+    output tiles), runs on 5, each walking about 26 tiles, and still computes the product."""
+    graph = ts.Graph("persistent_matmul")
+    graph.output("c", graph.input("a", (4096, 256), "float16") @ graph.input("b", (256, 512), "float16"))
+    program = ts.compile(graph, profile=False, seed=0)
+    assert [(kernel.persistent, kernel.grid) for kernel in program.kernels] == [(True, (128, 1, 1))]
+    monkeypatch.setattr(runtime, "sm_count", lambda: 5)
+    inputs = random_inputs(graph, seed=99)
+    for check in compare(graph, program(device="cuda", **inputs), ts.evaluate(graph, inputs)):
+        assert check.ok, f"{graph.name}.{check.output}: relative L2 {check.error:.3g} > {check.tolerance:g}"
 
 
 def test_profiled_compile_records_times_in_headers_and_report() -> None:
