@@ -51,6 +51,7 @@ SWEEP = [dict(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4, split_k=1, 
          dict(bm=128, bn=128, bk=64, stages=4, warps_m=2, warps_n=4, split_k=2, wgmma=1),
          dict(bm=64, bn=128, bk=64, stages=4, warps_m=1, warps_n=4, split_k=2, wgmma=1),
          dict(bm=64, bn=256, bk=64, stages=4, warps_m=1, warps_n=4, split_k=2, wgmma=1),
+         dict(bm=128, bn=256, bk=64, stages=4, warps_m=2, warps_n=4, split_k=4, wgmma=1),   # M = 128: B read once
          None]   # None: codegen's default for the shape
 
 

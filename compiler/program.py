@@ -43,7 +43,7 @@ class CompiledKernel:
     predicted_ms: float | None = None
     shared_bytes: int = 0              # dynamic shared memory per block
     tensor_maps: tuple[TensorMapSpec, ...] = ()   # TMA descriptors, encoded at launch after the params
-    persistent: bool = False           # grid.x is at most one block per SM: launched at most one per SM there is
+    persistent: bool = False           # blocks walk the work by gridDim.x: launched at most one per SM of the GPU
 
 
 @dataclass
