@@ -6,9 +6,12 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence, cast
 
 from tensorsmith.ir.errors import TensorsmithError
+
+if TYPE_CHECKING:
+    from tensorsmith.search.engine import SearchProgress
 
 from tensorsmith.ir.targets import TARGETS
 
@@ -146,10 +149,11 @@ class Progress:
             self.step += 1
             self.stage, self.detail = event, ""
         else:   # the search reports often: rewrite the line on a terminal, otherwise say it at the end
-            best = f"{event.best_us:.1f} us" if event.best_us is not None else "-"
-            rejected = f", {event.rejected} faulted or wrong on the GPU" if event.rejected else ""
-            self.detail = (f": {event.tried} candidates tried, {event.pruned} pruned by Z3, "
-                           f"{event.verified} verified{rejected}, best {best}")
+            search = cast("SearchProgress", event)
+            best = f"{search.best_us:.1f} us" if search.best_us is not None else "-"
+            rejected = f", {search.rejected} faulted or wrong on the GPU" if search.rejected else ""
+            self.detail = (f": {search.tried} candidates tried, {search.pruned} pruned by Z3, "
+                           f"{search.verified} verified{rejected}, best {best}")
             if not self.tty:
                 return
         bar = "#" * self.step + "." * (self.stages - self.step)

@@ -12,13 +12,14 @@ Both check nothing themselves: they return the outputs of one run on poisoned bu
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import weakref
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from statistics import median
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -156,7 +157,7 @@ def profile_on_gpu(program: Program | LaunchPlan, arrays: dict[str, np.ndarray],
         session.upload(arrays)
         session.run_all()
         outputs = session.download()
-        kernel_ms = [median(runtime.time_kernel(lambda p=p: session.launch(p), warmup, repeat))
+        kernel_ms = [median(runtime.time_kernel(functools.partial(session.launch, p), warmup, repeat))
                      for p in range(len(program.kernels))] if per_kernel else []
         total = median(runtime.time_kernel(session.run_all, warmup, repeat))
         return outputs, kernel_ms, total
@@ -289,14 +290,14 @@ _TORCH_DTYPES = {"float32": DType.FLOAT32, "float16": DType.FLOAT16, "bfloat16":
                  "int32": DType.INT32, "bool": DType.BOOL}
 
 
-def is_device_array(value: object) -> bool:
+def is_device_array(value: Any) -> bool:
     """A torch tensor on a GPU, or anything with `__cuda_array_interface__` (cupy, numba)."""
     if type(value).__module__.startswith("torch"):
         return bool(value.is_cuda)
     return hasattr(value, "__cuda_array_interface__")
 
 
-def _describe(value: object) -> tuple[int, tuple[int, ...], DType | None, bool]:
+def _describe(value: Any) -> tuple[int, tuple[int, ...], DType | None, bool]:
     """(pointer, shape, dtype, contiguous) of a GPU array, read without copying it."""
     if type(value).__module__.startswith("torch"):
         dtype = _TORCH_DTYPES.get(str(value.dtype).removeprefix("torch."))
@@ -310,7 +311,7 @@ def _describe(value: object) -> tuple[int, tuple[int, ...], DType | None, bool]:
     return cai["data"][0], shape, dtype, contiguous
 
 
-def _allocate_like(example: object, shape: tuple[int, ...], dtype: DType) -> object:
+def _allocate_like(example: Any, shape: tuple[int, ...], dtype: DType) -> object:
     """An uninitialised output in the framework (and on the device) of `example`."""
     if type(example).__module__.startswith("torch"):
         import torch

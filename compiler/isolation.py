@@ -20,11 +20,11 @@ import pickle
 import signal
 import traceback
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Final, TypeVar
 
 from tensorsmith.ir.errors import TensorsmithError
 
-START_METHOD = "spawn"
+START_METHOD: Final = "spawn"
 START_TIMEOUT_S = 120.0      # a new worker imports tensorsmith (egglog, z3, cuda-python) before it says ready
 STOP_TIMEOUT_S = 30.0        # a killed worker whose GPU context is being torn down may take a while to go
 

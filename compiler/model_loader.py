@@ -32,6 +32,8 @@ def _run_module(path: Path) -> dict:
     if not path.is_file():
         raise ModelError(f"model file {path} not found")
     spec = importlib.util.spec_from_file_location(f"tensorsmith_model_{abs(hash(str(path.resolve())))}", path)
+    if spec is None or spec.loader is None:
+        raise ModelError(f"{path} cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(path.resolve().parent))
     try:

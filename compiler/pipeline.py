@@ -56,6 +56,18 @@ class Compilation:
     search: Any = None                 # search.SearchResult
     seconds: dict[str, float] = field(default_factory=dict)
 
+    def chosen_graph(self) -> Graph:
+        """The rewritten graph that extraction chose, which the search partitions into kernels."""
+        if self.chosen is None:
+            raise RuntimeError("no graph chosen yet: the extraction stage has not run")
+        return self.chosen
+
+    def program(self) -> KernelProgram:
+        """The kernel program: the search's choice, or the one a baseline or a candidate was made with."""
+        if self.kernel_program is None:
+            raise RuntimeError("no kernel program yet: the search stage has not run")
+        return self.kernel_program
+
 
 def _saturate(c: Compilation) -> None:
     c.saturated = rewrites.saturate(c.graph)
@@ -69,8 +81,8 @@ def _search(c: Compilation) -> None:
     from tensorsmith.codegen.runtime import gpu_available
     with InWorker() as gpu:   # candidates are untrusted: one that faults or hangs costs the worker, not us
         measure = _measure_on_gpu(c, gpu) if _profiles(c.options.profile) and gpu_available() else None
-        c.search = search.search_program(c.chosen, c.target, c.options.budget_s, c.options.seed, measure=measure,
-                                         progress=c.options.progress)
+        c.search = search.search_program(c.chosen_graph(), c.target, c.options.budget_s, c.options.seed,
+                                         measure=measure, progress=c.options.progress)
     c.kernel_program = c.search.program
 
 
@@ -96,11 +108,11 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], 
 
 def _verify(c: Compilation) -> None:
     """Random tests of the program against the user's graph (the search tested it against the rewritten one)."""
-    c.checks = verify_program(c.graph, c.kernel_program, c.options.seed)
+    c.checks = verify_program(c.graph, c.program(), c.options.seed)
 
 
 def _render(c: Compilation) -> None:
-    c.rendered = render_program(c.kernel_program, VERSION, c.target.arch)
+    c.rendered = render_program(c.program(), VERSION, c.target.arch)
 
 
 def _nvrtc(c: Compilation) -> None:
@@ -204,7 +216,7 @@ def to_program(c: Compilation, report: bool = True) -> Program:
     `report=False` leaves out the report (the unfused baseline's prediction, the search history): what a
     program that is only being timed does not need.
     """
-    program = c.kernel_program
+    program = c.program()
     kernels = []
     for position, (rendered, cubin) in enumerate(zip(c.rendered, c.cubins)):
         measured = c.kernel_ms[position] if c.kernel_ms else None
@@ -231,19 +243,22 @@ def _history(c: Compilation) -> list[dict[str, Any]]:
 
 
 def _report(c: Compilation) -> dict[str, Any]:
-    predicted = program_seconds(c.kernel_program, c.target) * 1e3
+    predicted = program_seconds(c.program(), c.target) * 1e3
     unfused_predicted = program_seconds(unfused(c.graph), c.target) * 1e3
     measured = c.total_ms is not None and c.unfused_ms is not None
+    speedup = c.unfused_ms / c.total_ms if c.total_ms is not None and c.unfused_ms is not None else None
     report = {
         "stage_seconds": {k: round(v, 4) for k, v in c.seconds.items()},
         "checks": [{"output": ch.output, "relative_l2": ch.error, "tolerance": ch.tolerance} for ch in c.checks],
         "total_ms": c.total_ms, "predicted_ms": predicted, "unfused_predicted_ms": unfused_predicted,
         "unfused_ms": c.unfused_ms,
-        "speedup": (c.unfused_ms / c.total_ms) if measured else unfused_predicted / predicted,
+        "speedup": speedup if speedup is not None else unfused_predicted / predicted,
         "speedup_basis": "measured" if measured else "predicted by the cost model",
         "search_history": _history(c),
         "search": c.search.summary() if c.search is not None else None,
     }
     if c.saturated is not None and hasattr(c.saturated, "report"):
-        report["saturation"] = asdict(c.saturated.report) if is_dataclass(c.saturated.report) else c.saturated.report
+        saturation = c.saturated.report
+        report["saturation"] = (asdict(saturation) if is_dataclass(saturation) and not isinstance(saturation, type)
+                                else saturation)
     return report

@@ -78,7 +78,7 @@ class Program:
                                  f" on the host; got {list(inputs)} with {on_device} on the GPU")
             return run_on_device_arrays(self, dict(inputs))
         device = device or ("cuda" if gpu_available() else "cpu")
-        arrays = {name: np.asarray(value, dtype=_host(self.buffers[name].dtype))
+        arrays: dict[str, np.ndarray] = {name: np.asarray(value, dtype=_host(self.buffers[name].dtype))
                   for name, value in check_inputs(self.graph, inputs).items()}
         if device == "cpu":
             return {k: np.asarray(v, dtype=_host(self.buffers[k].dtype)) for k, v in

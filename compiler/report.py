@@ -29,7 +29,7 @@ def highlight(source: str) -> str:
         if kind == "word" and text not in keywords:
             out.append(html.escape(text))
         else:
-            css = {"comment": "c", "pre": "p", "number": "n", "word": "k"}[kind]
+            css = {"comment": "c", "pre": "p", "number": "n", "word": "k"}.get(kind or "", "k")
             out.append(f'<span class="{css}">{html.escape(text)}</span>')
         last = match.end()
     out.append(html.escape(source[last:]))

@@ -162,7 +162,7 @@ def node_of(enode: ENode, srcs: list[Node], graph: Graph) -> Node:
     op, lits = OPS[enode.op], enode.lits
     if op == Op.INPUT:
         name, shape, dtype = lits
-        node = graph.inputs.get(name)  # type: ignore[arg-type]
+        node = graph.inputs.get(str(name))
         if node is None or node.shape != shape or node.dtype.value != dtype:
             raise ValueError(f"e-graph input {name!r} {shape} {dtype} is not an input of graph {graph.name!r}")
         return node

@@ -190,7 +190,7 @@ def _analysis_rules() -> Iterator[RewriteOrRule]:
     # leaves state their shape and dtype
     yield rule(eq(x).to(Input(name, shape, dtype))).then(set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(dtype))
     yield rule(eq(x).to(Const(bits, shape, dtype))).then(set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(dtype))
-    yield rule(eq(x).to(Iota(shape, axis))).then(set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(DType.INT32.value))
+    yield rule(eq(x).to(Iota(shape, axis))).then(set_(shape_of(x)).to(shape), set_(dtype_of(x)).to(String(DType.INT32.value)))
     # elementwise ops keep their operand's shape; all but less_than keep its dtype
     for fn in [*UNARY_FNS.values(), Contiguous]:
         yield rule(eq(x).to(fn(a)), shape_of(a) == shape, dtype_of(a) == dtype).then(
@@ -312,7 +312,7 @@ def to_egglog(graph: Graph) -> tuple[EGraph, dict[str, TExpr]]:
         if id(node) in outputs or shared or depth >= DEPTH_LIMIT:
             term = egraph.let(f"n{10 ** LET_DIGITS + lets}", term)
             lets += 1
-            facts += [set_(shape_of(term)).to(vec(node.shape)), set_(dtype_of(term)).to(node.dtype.value)]
+            facts += [set_(shape_of(term)).to(vec(node.shape)), set_(dtype_of(term)).to(String(node.dtype.value))]
             size, depth = 1, 0
         terms[id(node)] = (term, size, depth)
     if facts:

@@ -320,7 +320,7 @@ def _work(kernel: Kernel, vec: int) -> Work:
 def _matmul_work(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: Schedule,
                  program: KernelProgram) -> tuple[Work, float]:
     """Tensor-core FLOPs of whole tiles, and the operand tiles that every block re-reads from the caches."""
-    match = next(tensor_core_match(n) for n in kernel.body if n.op == Op.SUM and tensor_core_match(n))
+    match = next(found for n in kernel.body if n.op == Op.SUM and (found := tensor_core_match(n)) is not None)
     m, n, k = match.dims
     batches = max(1, math.prod(match.batch_shape))
     bm, bn = schedule["bm"], schedule["bn"]
