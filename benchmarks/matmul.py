@@ -52,6 +52,9 @@ SWEEP = [dict(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4, split_k=1, 
          dict(bm=64, bn=128, bk=64, stages=4, warps_m=1, warps_n=4, split_k=2, wgmma=1),
          dict(bm=64, bn=256, bk=64, stages=4, warps_m=1, warps_n=4, split_k=2, wgmma=1),
          dict(bm=128, bn=256, bk=64, stages=4, warps_m=2, warps_n=4, split_k=4, wgmma=1),   # M = 128: B read once
+         # deeper rings than the schedule space's 4 stages, for the small-M tiles (24 and 32 KB a stage)
+         dict(bm=64, bn=128, bk=64, stages=8, warps_m=1, warps_n=4, split_k=2, wgmma=1),
+         dict(bm=128, bn=128, bk=64, stages=6, warps_m=2, warps_n=4, split_k=2, wgmma=1),
          None]   # None: codegen's default for the shape
 
 
