@@ -25,6 +25,7 @@ from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import MASK_LIMIT, AttentionMatch, attention_index, match_attention
+from tensorsmith.ir.targets import TARGETS
 
 from .emit import Emitter, NotFusable, c_literal, delinearize, linear_index, row_major_strides
 from .matmul import MMA_TYPES, PAIRS, SM_COUNT, TMA_MAX_RANK, WGMMA_ALIGN, WGMMA_ARCH
@@ -44,7 +45,7 @@ TMA_THREADS = 128 * (TMA_BQ // 64 + 1)   # and the producer warpgroup
 TMA_PINGPONG = True    # the consumer warpgroups take turns to issue their MMAs
 TMA_STAGES = (3, 2)    # K and V tiles in flight: the most that fit (a step holds two, the next one loads)
 TMA_MAX_DV = 128       # a consumer thread holds DV / 2 output accumulators besides BKV / 2 scores
-TMA_SHARED_LIMIT = 227 * 1024   # dynamic shared memory a Hopper block may opt in to
+TMA_SHARED_LIMIT = TARGETS["sm90"].shared_bytes_per_block   # dynamic shared memory a Hopper block may opt in to
 
 
 def attention_match(node: Node) -> AttentionMatch | None:
