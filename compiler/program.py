@@ -79,7 +79,7 @@ class Program:
             return run_on_device_arrays(self, dict(inputs))
         device = device or ("cuda" if gpu_available() else "cpu")
         arrays: dict[str, np.ndarray] = {name: np.asarray(value, dtype=_host(self.buffers[name].dtype))
-                  for name, value in check_inputs(self.graph, inputs).items()}
+                                         for name, value in check_inputs(self.graph, inputs).items()}
         if device == "cpu":
             return {k: np.asarray(v, dtype=_host(self.buffers[k].dtype)) for k, v in
                     self.kernel_program.execute(arrays).items()}
