@@ -245,14 +245,15 @@ def _history(c: Compilation) -> list[dict[str, Any]]:
 def _report(c: Compilation) -> dict[str, Any]:
     predicted = program_seconds(c.program(), c.target) * 1e3
     unfused_predicted = program_seconds(unfused(c.graph), c.target) * 1e3
-    measured = c.unfused_ms / c.total_ms if c.total_ms is not None and c.unfused_ms is not None else None
+    measured_speedup = (c.unfused_ms / c.total_ms if c.total_ms is not None and c.unfused_ms is not None
+                        else None)
     report = {
         "stage_seconds": {k: round(v, 4) for k, v in c.seconds.items()},
         "checks": [{"output": ch.output, "relative_l2": ch.error, "tolerance": ch.tolerance} for ch in c.checks],
         "total_ms": c.total_ms, "predicted_ms": predicted, "unfused_predicted_ms": unfused_predicted,
         "unfused_ms": c.unfused_ms,
-        "speedup": measured if measured is not None else unfused_predicted / predicted,
-        "speedup_basis": "measured" if measured is not None else "predicted by the cost model",
+        "speedup": measured_speedup if measured_speedup is not None else unfused_predicted / predicted,
+        "speedup_basis": "measured" if measured_speedup is not None else "predicted by the cost model",
         "search_history": _history(c),
         "search": c.search.summary() if c.search is not None else None,
     }
