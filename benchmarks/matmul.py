@@ -4,11 +4,12 @@ Shapes are issue 5's: 4096^3, and LLM shapes with M = 16, 128, 4096 and N, K fro
 output is checked against torch's (itself checked against a float64 reference) before its timing counts.
 
     python benchmarks/matmul.py [--dtype float16|bfloat16] [--quick]   # ts.compile, as a user would
-    python benchmarks/matmul.py --sweep [--quick] [--wgmma]              # the kernel under fixed schedules
+    python benchmarks/matmul.py --sweep [--quick] [--wgmma] [--m 128] [--wide-stores]   # under fixed schedules
 
 `--sweep` times the one matmul kernel directly under each schedule of SWEEP (what the search would
 choose between), so that a default can be picked from measurements; `--wgmma` keeps only its wgmma (TMA)
-schedules and the default, about a third of the time.
+schedules and the default, about a third of the time; `--wide-stores` times the default once more with
+codegen.matmul.WIDE_STORES (16-byte epilogue stores, not yet the default).
 """
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ import numpy as np
 import torch
 
 import tensorsmith as ts
-from tensorsmith.codegen import runtime
+from tensorsmith.codegen import matmul, runtime
 from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.codegen.render import render_kernel
 from tensorsmith.codegen.tensor_map import launch_arguments
-from tensorsmith.ir.kernel_program import Schedule
+from tensorsmith.ir.kernel_program import KernelProgram, Schedule
 from tensorsmith.search.partition import partition
 from tensorsmith.search.verify import random_inputs, relative_l2
 
@@ -70,35 +71,46 @@ def _row(label: str, ours_ms: float, theirs_ms: float, flops: float) -> str:
 
 
 def sweep(m: int, n: int, k: int, dtype: str, a: torch.Tensor, b: torch.Tensor, expected: torch.Tensor,
-          wgmma_only: bool = False) -> None:
-    """Each SWEEP schedule's kernel on torch's tensors (zero copy), checked, then timed in turns with cuBLAS."""
+          wgmma_only: bool = False, wide_stores: bool = False) -> None:
+    """Each SWEEP schedule's kernel on torch's tensors (zero copy), checked, then timed in turns with cuBLAS; with
+    `wide_stores` the default schedule a second time with codegen.matmul.WIDE_STORES."""
     program = partition(matmul_graph(m, n, k, dtype))
     out = torch.empty((m, n), dtype=a.dtype, device="cuda")
     pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": out.data_ptr()}
     for params in SWEEP:
         if wgmma_only and params is not None and not params["wgmma"]:
             continue
-        kernel = program.kernels[0]
-        if params is not None:
-            kernel = dataclasses.replace(kernel, schedule=Schedule.of(**params))
-        rendered = render_kernel(dataclasses.replace(program, kernels=[kernel]), 0)
-        cubin = compile_cubin(rendered.source, rendered.name, arch=rendered.arch or "sm_90")   # sm_90a for wgmma
-        function = runtime.Module(cubin).function(rendered.name)
-        args = launch_arguments(rendered.params, rendered.tensor_maps, pointers)
+        for wide in (False, True) if wide_stores and params is None else (False,):
+            matmul.WIDE_STORES = wide
+            _time_schedule(program, params, pointers, out, expected, a, b, m * n * k, " wide" if wide else "")
+            matmul.WIDE_STORES = False
 
-        def run() -> None:
-            runtime.launch(function, rendered.grid, rendered.block, args, rendered.shared_bytes)
-        out.fill_(float("nan"))
-        run()
-        runtime.synchronize()
-        error = relative_l2(out.float().cpu().numpy(), expected.float().cpu().numpy())
-        label = "  " + ("default " if params is None else "") + "/".join(
-            str(v) for v in rendered.schedule.as_dict().values())
-        if not error < 1e-2:
-            print(f"{label:34s} WRONG: relative L2 {error:.3g}")
-            continue
-        times = time_interleaved({"ours": run, "cublas": lambda: torch.matmul(a, b)})
-        print(_row(label, times["ours"], times["cublas"], 2.0 * m * n * k))
+
+def _time_schedule(program: KernelProgram, params: dict[str, int] | None, pointers: dict[str, int],
+                   out: torch.Tensor, expected: torch.Tensor, a: torch.Tensor, b: torch.Tensor, mnk: int,
+                   suffix: str) -> None:
+    """The kernel under `params` (None: codegen's default), checked, then timed in turns with cuBLAS."""
+    kernel = program.kernels[0]
+    if params is not None:
+        kernel = dataclasses.replace(kernel, schedule=Schedule.of(**params))
+    rendered = render_kernel(dataclasses.replace(program, kernels=[kernel]), 0)
+    cubin = compile_cubin(rendered.source, rendered.name, arch=rendered.arch or "sm_90")   # sm_90a for wgmma
+    function = runtime.Module(cubin).function(rendered.name)
+    args = launch_arguments(rendered.params, rendered.tensor_maps, pointers)
+
+    def run() -> None:
+        runtime.launch(function, rendered.grid, rendered.block, args, rendered.shared_bytes)
+    out.fill_(float("nan"))
+    run()
+    runtime.synchronize()
+    error = relative_l2(out.float().cpu().numpy(), expected.float().cpu().numpy())
+    label = "  " + ("default " if params is None else "") + "/".join(
+        str(v) for v in rendered.schedule.as_dict().values()) + suffix
+    if not error < 1e-2:
+        print(f"{label:34s} WRONG: relative L2 {error:.3g}")
+        return
+    times = time_interleaved({"ours": run, "cublas": lambda: torch.matmul(a, b)})
+    print(_row(label, times["ours"], times["cublas"], 2.0 * mnk))
 
 
 def main() -> None:
@@ -108,6 +120,8 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="time the kernel under each schedule of SWEEP")
     parser.add_argument("--wgmma", action="store_true", help="sweep only SWEEP's wgmma schedules (and the default)")
     parser.add_argument("--m", type=int, default=None, help="only the shapes with this M")
+    parser.add_argument("--wide-stores", action="store_true",
+                        help="with --sweep, time the default schedule with codegen.matmul.WIDE_STORES too")
     args = parser.parse_args()
     torch_dtype = getattr(torch, args.dtype)
     print(f"{args.dtype}: {'M x N x K':25s} {'tensorsmith':>12s} {'TFLOP/s':>7s} {'cuBLAS':>11s} {'TFLOP/s':>7s} "
@@ -125,7 +139,7 @@ def main() -> None:
         label = f"{m:5d} x {n:5d} x {k:5d}"
         if args.sweep:
             print(label)
-            sweep(m, n, k, args.dtype, a, b, expected, args.wgmma)
+            sweep(m, n, k, args.dtype, a, b, expected, args.wgmma, args.wide_stores)
             continue
         theirs_ms = time_torch(torch.matmul, (a, b))
         program = ts.compile(graph, profile=True, cache=False)

@@ -1,12 +1,13 @@
 """The matmul archetype renders and compiles to sm_90 cubin for every layout, dtype, edge case and schedule."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import tensorsmith as ts
 
 from matmul_cases import MANY_TILE_CASES, MATMUL_CASES, MATMUL_SCHEDULES, matmul_program
-from tensorsmith.codegen import render
+from tensorsmith.codegen import matmul, render
 from tensorsmith.codegen.matmul import SM_COUNT, matmul_body, shared_bytes, wgmma_shared_bytes
 from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
 from tensorsmith.codegen.schedules import default_schedule, is_valid
@@ -206,3 +207,36 @@ def test_split_k_reduction_loads_every_peer_before_it_stores(schedule: dict[str,
     loads = body.index("load_cluster_shared4(&s_partial[row][col], peer)")
     assert loads < body.index("output_value(m, n, quad[c])") and "__cluster_dims__" in kernel.source
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))
+
+
+def test_quad_transpose_gives_each_lane_eight_whole_columns_of_one_row() -> None:
+    """wgmma.cu.j2's quad_store, lane by lane in Python: after the three shuffle rounds lane t of a quad holds the
+    pairs of row t & 1, n8 tile t >> 1, in column order (word[h][x] of lane l: row 8h + l / 4, columns 8x + 2 (l %
+    4), + 1 of a 16 x 16 block)."""
+    block = np.arange(16 * 16).reshape(16, 16)
+    word = {(lane, h, x): tuple(block[8 * h + lane // 4, 8 * x + 2 * (lane % 4):8 * x + 2 * (lane % 4) + 2])
+            for lane in range(32) for h in range(2) for x in range(2)}
+
+    def send(lane: int, r: int) -> tuple:   # the template's `send`: the word lane ^ r needs
+        need = (lane % 4) ^ r
+        return word[lane, need & 1, need >> 1]
+
+    for lane in range(32):
+        quad_lane = lane % 4
+        got = [send(lane, 0)] + [send(lane ^ r, r) for r in (1, 2, 3)]   # __shfl_xor_sync(send, r)
+        chunk = [value for source in range(4) for value in got[source ^ quad_lane]]   # from_lane(0 .. 3)
+        row, tile = lane // 4 + 8 * (quad_lane & 1), quad_lane >> 1
+        assert chunk == list(block[row, 8 * tile:8 * tile + 8]), lane
+
+
+def test_wide_stores_render_and_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WIDE_STORES (off: not yet run on a GPU) renders 16-byte stores where N is a multiple of 8, pairs elsewhere."""
+    monkeypatch.setattr(matmul, "WIDE_STORES", True)
+    schedule = {"bm": 128, "bn": 256, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
+    for n, wide in ((512, True), (516, False)):
+        g = ts.Graph("wide")
+        g.output("c", g.input("a", (256, 128), "float16") @ g.input("b", (128, n), "float16"))
+        _, kernel = matmul_program(g, schedule)
+        assert ("const uint4 chunk = make_uint4(from_lane(0), from_lane(1), from_lane(2), from_lane(3));"
+                in kernel.source) == wide
+        assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90a"))
