@@ -45,9 +45,16 @@ def test_persistent_kernel_on_fewer_sms_matches_reference(monkeypatch) -> None:
     program = ts.compile(graph, profile=False, seed=0)
     assert [(kernel.persistent, kernel.grid) for kernel in program.kernels] == [(True, (128, 1, 1))]
     monkeypatch.setattr(runtime, "sm_count", lambda: 5)
+    grids, launch = [], runtime.launch
+
+    def recording_launch(function, grid, *args):
+        grids.append(grid)
+        return launch(function, grid, *args)
+    monkeypatch.setattr(runtime, "launch", recording_launch)
     inputs = random_inputs(graph, seed=99)
     for check in compare(graph, program(device="cuda", **inputs), ts.evaluate(graph, inputs)):
         assert check.ok, f"{graph.name}.{check.output}: relative L2 {check.error:.3g} > {check.tolerance:g}"
+    assert grids == [(5, 1, 1)]
 
 
 def test_profiled_compile_records_times_in_headers_and_report() -> None:
