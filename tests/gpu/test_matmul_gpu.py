@@ -64,6 +64,8 @@ def test_wide_stores_match_reference(case: str, schedule: dict[str, int], monkey
     wgmma schedule: ragged edges, a fused epilogue, batches."""
     monkeypatch.setattr(matmul, "WIDE_STORES", True)
     graph = MATMUL_CASES[case]()
+    if "const uint4 chunk" not in matmul_program(graph, schedule)[1].source:
+        pytest.skip("not a 16-bit output with N a multiple of 8 on wgmma: pairs or mma.sync")
     inputs = random_inputs(graph, seed=300)
     out = _run_matmul_kernel(graph, schedule, inputs)
     (name,) = graph.outputs
