@@ -27,8 +27,8 @@ from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import MASK_LIMIT, AttentionMatch, attention_index, match_attention
 from tensorsmith.ir.targets import TARGETS
 
-from .emit import Emitter, NotFusable, c_literal, delinearize, linear_index, row_major_strides
-from .matmul import MMA_TYPES, PAIRS, SM_COUNT, TMA_MAX_RANK, WGMMA_ALIGN, WGMMA_ARCH
+from .emit import Emitter, NotFusable, c_literal, delinearize, pair_store, row_major_strides
+from .matmul import MMA_TYPES, SM_COUNT, TMA_MAX_RANK, WGMMA_ALIGN, WGMMA_ARCH
 from .tensor_map import TensorMapSpec
 
 HEAD_DIM_STEP = 16     # one k16 step of Q K^T and one pair of n8 output tiles
@@ -348,13 +348,9 @@ def _epilogue(shapes: dict, match: AttentionMatch, name: str, out: Node, batch: 
 def _pair_store(shapes: dict, match: AttentionMatch, name: str, out: Node, batch: tuple[str, ...],
                 qn: str) -> dict | None:
     """The same output as a value of (qi, hd, acc, l_row, m_row), for attention_tma.cu.j2 to store a lane's two
-    neighbouring elements (hd even) with one 4-byte store: for a 16-bit output, whose rows (DV) are even."""
-    if out.dtype not in PAIRS:
-        return None
+    neighbouring elements (hd even) with one 4-byte store: for a 16-bit output (its rows, DV, are even)."""
     emitter, index, value = _output_value(shapes, match, out, batch, qn, indent=4)
-    vector, pack = PAIRS[out.dtype]
-    return {"lines": "\n".join(emitter.lines), "value": value, "vector": vector, "pack": pack,
-            "target": f"g_{name}[{linear_index(index, shapes[name])}]"}
+    return pair_store(emitter, value, name, out.dtype, index)
 
 
 def _output_value(shapes: dict, match: AttentionMatch, out: Node, batch: tuple[str, ...], qn: str,

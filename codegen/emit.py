@@ -26,6 +26,7 @@ COMPUTE_TYPE = {DType.FLOAT32: "float", DType.FLOAT16: "float", DType.BFLOAT16: 
                 DType.INT32: "int", DType.BOOL: "bool"}
 LOAD = {DType.FLOAT16: "__half2float({})", DType.BFLOAT16: "__bfloat162float({})"}
 STORE = {DType.FLOAT16: "__float2half_rn({})", DType.BFLOAT16: "__float2bfloat16_rn({})"}
+PAIRS = {DType.FLOAT16: ("__half2", "__floats2half2_rn"), DType.BFLOAT16: ("__nv_bfloat162", "__floats2bfloat162_rn")}
 # RECIP is the hardware reciprocal (MUFU.RCP, within 2 ulp) rather than IEEE division's correctly rounded
 # subroutine: sigmoid and GELU are one reciprocal per element, and IEEE division made GELU compute-bound on the
 # H200 (79.9 us at 8192 x 8192 fp16, 81% of copy bandwidth). 2 ulp of fp32 is far below every check's tolerance.
@@ -281,3 +282,14 @@ def reduce_init(node: Node) -> str:
 
 def reduce_combine(node: Node, acc: str, value: str) -> str:
     return REDUCE_COMBINE[(node.op, COMPUTE_TYPE[node.dtype])].format(acc, value)
+
+
+def pair_store(emitter: Emitter, value: str, buffer: str, dtype: DType, index: Index) -> dict | None:
+    """An output's value (`emitter`'s statements, then `value`) for a template that stores a lane's two neighbouring
+    elements of a 16-bit output with one 4-byte store at `index` (its last axis even, so is its offset: outputs
+    and intermediates are allocated at least 16-byte aligned); None for other dtypes."""
+    if dtype not in PAIRS:
+        return None
+    vector, pack = PAIRS[dtype]
+    return {"lines": "\n".join(emitter.lines), "value": value, "vector": vector, "pack": pack,
+            "target": f"g_{buffer}[{linear_index(index, emitter.buffer_shapes[buffer])}]"}

@@ -20,12 +20,11 @@ from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import MatmulMatch, match_matmul
 
-from .emit import Emitter, NotFusable, delinearize, linear_index
+from .emit import Emitter, NotFusable, delinearize, linear_index, pair_store
 from .schedules import wgmma_schedule_ok
 from .tensor_map import TensorMapSpec
 
 MMA_TYPES = {DType.FLOAT16: ("__half", "__float2half_rn"), DType.BFLOAT16: ("__nv_bfloat16", "__float2bfloat16_rn")}
-PAIRS = {DType.FLOAT16: ("__half2", "__floats2half2_rn"), DType.BFLOAT16: ("__nv_bfloat162", "__floats2bfloat162_rn")}
 MIN_DIM = 16   # one tensor-core fragment; smaller products stay on the CUDA cores
 CHUNK = 8      # fp16/bf16 elements in one 16-byte copy
 PAD = 8        # elements added to each shared tile row (the template's PAD)
@@ -215,16 +214,12 @@ def _matmul_plan(kernel_name: str, outputs: tuple, shapes_key: tuple) -> dict:
 
 def _pair_store(shapes: dict, match: MatmulMatch, name: str, out: Node, batch: tuple[str, ...]) -> dict | None:
     """The epilogue as a value of (m, n, acc_value), for the wgmma templates to store two neighbouring columns
-    with one 4-byte store: where the output is 16-bit and its rows have an even length, an even n is an even
-    offset (outputs and intermediates are allocated at least 16-byte aligned); else None."""
-    if out.dtype not in PAIRS or match.dims[1] % 2:
+    with one 4-byte store, where the output is 16-bit and N is even; else None."""
+    if match.dims[1] % 2:
         return None
-    emitter = Emitter(shapes, indent=2)
+    emitter = Emitter(shapes, indent=1)
     emitter.reduced[id(match.reduce)] = (batch + ("m", "n"), "acc_value")
-    value = emitter.value(out, batch + ("m", "n"))
-    vector, pack = PAIRS[out.dtype]
-    return {"lines": "\n".join(emitter.lines), "value": value, "vector": vector, "pack": pack,
-            "target": f"g_{name}[{linear_index(batch + ('m', 'n'), shapes[name])}]"}
+    return pair_store(emitter, emitter.value(out, batch + ("m", "n")), name, out.dtype, batch + ("m", "n"))
 
 
 def _operand(shapes: dict, node: Node, index: tuple[str, ...],
