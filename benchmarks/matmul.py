@@ -4,12 +4,12 @@ Shapes are issue 5's: 4096^3, and LLM shapes with M = 16, 128, 4096 and N, K fro
 output is checked against torch's (itself checked against a float64 reference) before its timing counts.
 
     python benchmarks/matmul.py [--dtype float16|bfloat16] [--quick]   # ts.compile, as a user would
-    python benchmarks/matmul.py --sweep [--quick] [--wgmma] [--m 128] [--wide-stores]   # under fixed schedules
+    python benchmarks/matmul.py --sweep [--quick] [--wgmma] [--m 128]   # under fixed schedules
 
 `--sweep` times the one matmul kernel directly under each schedule of SWEEP (what the search would
 choose between), so that a default can be picked from measurements; `--wgmma` keeps only its wgmma (TMA)
-schedules and the default, about a third of the time; `--wide-stores` times the default once more with
-codegen.matmul.WIDE_STORES (16-byte epilogue stores, not yet the default).
+schedules and the default, about a third of the time. A schedule that fails to render, compile or run is
+reported on its row and the sweep goes on.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import tensorsmith as ts
-from tensorsmith.codegen import matmul, runtime
+from tensorsmith.codegen import runtime
 from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.codegen.render import render_kernel
 from tensorsmith.codegen.tensor_map import launch_arguments
@@ -55,7 +55,12 @@ SWEEP = [dict(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4, split_k=1, 
          dict(bm=128, bn=256, bk=64, stages=4, warps_m=2, warps_n=4, split_k=4, wgmma=1),   # M = 128: B read once
          # deeper rings than the schedule space's 4 stages, for the small-M tiles (24 and 32 KB a stage)
          dict(bm=64, bn=128, bk=64, stages=8, warps_m=1, warps_n=4, split_k=2, wgmma=1),
+         dict(bm=64, bn=128, bk=64, stages=9, warps_m=1, warps_n=4, split_k=2, wgmma=1),
          dict(bm=128, bn=128, bk=64, stages=6, warps_m=2, warps_n=4, split_k=2, wgmma=1),
+         dict(bm=128, bn=128, bk=64, stages=7, warps_m=2, warps_n=4, split_k=2, wgmma=1),
+         dict(bm=128, bn=128, bk=64, stages=6, warps_m=2, warps_n=4, split_k=4, wgmma=1),
+         dict(bm=128, bn=192, bk=64, stages=4, warps_m=2, warps_n=4, split_k=4, wgmma=1),   # 22 clusters of 4
+         dict(bm=64, bn=64, bk=64, stages=12, warps_m=1, warps_n=4, split_k=1, wgmma=1),    # no split, persistent
          None]   # None: codegen's default for the shape
 
 
@@ -71,24 +76,22 @@ def _row(label: str, ours_ms: float, theirs_ms: float, flops: float) -> str:
 
 
 def sweep(m: int, n: int, k: int, dtype: str, a: torch.Tensor, b: torch.Tensor, expected: torch.Tensor,
-          wgmma_only: bool = False, wide_stores: bool = False) -> None:
-    """Each SWEEP schedule's kernel on torch's tensors (zero copy), checked, then timed in turns with cuBLAS; with
-    `wide_stores` the default schedule a second time with codegen.matmul.WIDE_STORES."""
+          wgmma_only: bool = False) -> None:
+    """Each SWEEP schedule's kernel on torch's tensors (zero copy), checked, then timed in turns with cuBLAS."""
     program = partition(matmul_graph(m, n, k, dtype))
     out = torch.empty((m, n), dtype=a.dtype, device="cuda")
     pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": out.data_ptr()}
     for params in SWEEP:
         if wgmma_only and params is not None and not params["wgmma"]:
             continue
-        for wide in (False, True) if wide_stores and params is None else (False,):
-            matmul.WIDE_STORES = wide
-            _time_schedule(program, params, pointers, out, expected, a, b, m * n * k, " wide" if wide else "")
-            matmul.WIDE_STORES = False
+        try:
+            _time_schedule(program, params, pointers, out, expected, a, b, m * n * k)
+        except (ValueError, RuntimeError) as error:   # a schedule the kernel rejects, or NVRTC's error
+            print(f"  {params}: FAILED: {str(error).splitlines()[0]}")
 
 
 def _time_schedule(program: KernelProgram, params: dict[str, int] | None, pointers: dict[str, int],
-                   out: torch.Tensor, expected: torch.Tensor, a: torch.Tensor, b: torch.Tensor, mnk: int,
-                   suffix: str) -> None:
+                   out: torch.Tensor, expected: torch.Tensor, a: torch.Tensor, b: torch.Tensor, mnk: int) -> None:
     """The kernel under `params` (None: codegen's default), checked, then timed in turns with cuBLAS."""
     kernel = program.kernels[0]
     if params is not None:
@@ -105,7 +108,7 @@ def _time_schedule(program: KernelProgram, params: dict[str, int] | None, pointe
     runtime.synchronize()
     error = relative_l2(out.float().cpu().numpy(), expected.float().cpu().numpy())
     label = "  " + ("default " if params is None else "") + "/".join(
-        str(v) for v in rendered.schedule.as_dict().values()) + suffix
+        str(v) for v in rendered.schedule.as_dict().values())
     if not error < 1e-2:
         print(f"{label:34s} WRONG: relative L2 {error:.3g}")
         return
@@ -120,8 +123,6 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="time the kernel under each schedule of SWEEP")
     parser.add_argument("--wgmma", action="store_true", help="sweep only SWEEP's wgmma schedules (and the default)")
     parser.add_argument("--m", type=int, default=None, help="only the shapes with this M")
-    parser.add_argument("--wide-stores", action="store_true",
-                        help="with --sweep, time the default schedule with codegen.matmul.WIDE_STORES too")
     args = parser.parse_args()
     torch_dtype = getattr(torch, args.dtype)
     print(f"{args.dtype}: {'M x N x K':25s} {'tensorsmith':>12s} {'TFLOP/s':>7s} {'cuBLAS':>11s} {'TFLOP/s':>7s} "
@@ -139,7 +140,7 @@ def main() -> None:
         label = f"{m:5d} x {n:5d} x {k:5d}"
         if args.sweep:
             print(label)
-            sweep(m, n, k, args.dtype, a, b, expected, args.wgmma, args.wide_stores)
+            sweep(m, n, k, args.dtype, a, b, expected, args.wgmma)
             continue
         theirs_ms = time_torch(torch.matmul, (a, b))
         program = ts.compile(graph, profile=True, cache=False)

@@ -34,9 +34,6 @@ WGMMA_ALIGN = 1024      # the 128-byte swizzle repeats every 1024 bytes: stages 
 WGMMA_BK = 64           # K elements per tile: one 128-byte swizzled row
 WGMMA_BLOCK_BYTES = 64 * 128   # one 64 x 64 block of 16-bit elements
 TMA_MAX_RANK = 5
-# the wgmma epilogues' 16-byte stores (a quad of lanes transposes its pairs by shuffles) where N is a multiple of 8:
-# renders and compiles, not yet run on a GPU
-WIDE_STORES = False
 SM_COUNT = 132   # SMs of an H100 SXM or H200: persistent kernels are rendered for min(work, SM_COUNT) blocks that
                  # walk the tiles blockIdx.x, + gridDim.x, ... (correct for any grid); the executor launches at most
                  # one per SM of the GPU it runs on (executor.launch_grid)
@@ -82,7 +79,8 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         "load_a": "\n".join(load_a), "value_a": value_a, "load_b": "\n".join(load_b), "value_b": value_b,
         "a_major": a_layout, "b_major": b_layout, "copy_a": copy_a, "copy_b": copy_b,
         "epilogue": "\n".join(epilogue.lines), "pair_store": plan["pair_store"],
-        "wide_store": WIDE_STORES and plan["pair_store"] is not None and n % 8 == 0,
+        # wgmma epilogues: 16-byte stores (a quad of lanes transposes its pairs by shuffles) where N is a multiple of 8
+        "wide_store": plan["pair_store"] is not None and n % 8 == 0,
         "block": (32 * schedule["warps_m"] * schedule["warps_n"], 1, 1),
         "grid": (-(-n // bn), -(-m // bm), math.prod(match.batch_shape) * split_k),
         "shared_bytes": shared_bytes(bm, bn, bk, stages, a_layout, b_layout, split_k),

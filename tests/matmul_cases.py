@@ -66,6 +66,8 @@ MATMUL_CASES: dict[str, Callable[[], ts.Graph]] = {
     "ragged_bf16_both_transposed": lambda: _product("ragged_t", 77, 200, 136, "bfloat16", a_t=True, b_t=True),
     "a_transposed": lambda: _product("a_t", 96, 64, 48, a_t=True),
     "b_transposed_small_m": lambda: _product("small_m", 16, 384, 256, b_t=True),
+    # N even but not a multiple of 8 (B transposed, so TMA still copies it): 4-byte pair stores, not 16-byte
+    "n_not_multiple_of_8": lambda: _product("n_even", 64, 100, 64, b_t=True),
     "k_not_multiple_of_8": lambda: _product("k_odd", 48, 40, 36),     # no 16-byte copies: the prologue path
     "fused": _fused,
     "batched": _batched,
