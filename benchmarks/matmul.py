@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import tensorsmith as ts
-from tensorsmith.codegen import matmul, runtime
+from tensorsmith.codegen import runtime
 from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.codegen.render import render_kernel
 from tensorsmith.codegen.tensor_map import launch_arguments
@@ -61,10 +61,6 @@ SWEEP = [dict(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4, split_k=1, 
          dict(bm=128, bn=128, bk=64, stages=6, warps_m=2, warps_n=4, split_k=4, wgmma=1),
          dict(bm=128, bn=192, bk=64, stages=4, warps_m=2, warps_n=4, split_k=4, wgmma=1),   # 22 clusters of 4
          dict(bm=64, bn=64, bk=64, stages=12, warps_m=1, warps_n=4, split_k=1, wgmma=1),    # no split, persistent
-         dict(bm=64, bn=64, bk=64, stages=14, warps_m=1, warps_n=4, split_k=1, wgmma=1),
-         dict(bm=128, bn=64, bk=64, stages=9, warps_m=2, warps_n=4, split_k=1, wgmma=1),
-         dict(bm=128, bn=192, bk=64, stages=5, warps_m=2, warps_n=4, split_k=4, wgmma=1),
-         dict(bm=64, bn=192, bk=64, stages=7, warps_m=1, warps_n=4, split_k=2, wgmma=1),
          None]   # None: codegen's default for the shape
 
 
@@ -80,28 +76,22 @@ def _row(label: str, ours_ms: float, theirs_ms: float, flops: float) -> str:
 
 
 def sweep(m: int, n: int, k: int, dtype: str, a: torch.Tensor, b: torch.Tensor, expected: torch.Tensor,
-          wgmma_only: bool = False, multicast_too: bool = False) -> None:
-    """Each SWEEP schedule's kernel on torch's tensors (zero copy), checked, then timed in turns with cuBLAS; with
-    `multicast_too` the persistent ones a second time with codegen.matmul.MULTICAST_B."""
+          wgmma_only: bool = False) -> None:
+    """Each SWEEP schedule's kernel on torch's tensors (zero copy), checked, then timed in turns with cuBLAS."""
     program = partition(matmul_graph(m, n, k, dtype))
     out = torch.empty((m, n), dtype=a.dtype, device="cuda")
     pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": out.data_ptr()}
     for params in SWEEP:
         if wgmma_only and params is not None and not params["wgmma"]:
             continue
-        persistent = params is None or params["wgmma"] and params["split_k"] == 1
-        for multicast in (False, True) if multicast_too and persistent else (False,):
-            matmul.MULTICAST_B = multicast
-            try:
-                _time_schedule(program, params, pointers, out, expected, a, b, m * n * k, " multicast" * multicast)
-            except (ValueError, RuntimeError) as error:   # a schedule the kernel rejects, or NVRTC's error
-                print(f"  {params}: FAILED: {str(error).splitlines()[0]}")
-            matmul.MULTICAST_B = False
+        try:
+            _time_schedule(program, params, pointers, out, expected, a, b, m * n * k)
+        except (ValueError, RuntimeError) as error:   # a schedule the kernel rejects, or NVRTC's error
+            print(f"  {params}: FAILED: {str(error).splitlines()[0]}")
 
 
 def _time_schedule(program: KernelProgram, params: dict[str, int] | None, pointers: dict[str, int],
-                   out: torch.Tensor, expected: torch.Tensor, a: torch.Tensor, b: torch.Tensor, mnk: int,
-                   suffix: str = "") -> None:
+                   out: torch.Tensor, expected: torch.Tensor, a: torch.Tensor, b: torch.Tensor, mnk: int) -> None:
     """The kernel under `params` (None: codegen's default), checked, then timed in turns with cuBLAS."""
     kernel = program.kernels[0]
     if params is not None:
@@ -118,7 +108,7 @@ def _time_schedule(program: KernelProgram, params: dict[str, int] | None, pointe
     runtime.synchronize()
     error = relative_l2(out.float().cpu().numpy(), expected.float().cpu().numpy())
     label = "  " + ("default " if params is None else "") + "/".join(
-        str(v) for v in rendered.schedule.as_dict().values()) + suffix
+        str(v) for v in rendered.schedule.as_dict().values())
     if not error < 1e-2:
         print(f"{label:34s} WRONG: relative L2 {error:.3g}")
         return
@@ -133,8 +123,6 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="time the kernel under each schedule of SWEEP")
     parser.add_argument("--wgmma", action="store_true", help="sweep only SWEEP's wgmma schedules (and the default)")
     parser.add_argument("--m", type=int, default=None, help="only the shapes with this M")
-    parser.add_argument("--multicast", action="store_true",
-                        help="with --sweep, time the persistent schedules with codegen.matmul.MULTICAST_B too")
     args = parser.parse_args()
     torch_dtype = getattr(torch, args.dtype)
     print(f"{args.dtype}: {'M x N x K':25s} {'tensorsmith':>12s} {'TFLOP/s':>7s} {'cuBLAS':>11s} {'TFLOP/s':>7s} "
@@ -152,7 +140,7 @@ def main() -> None:
         label = f"{m:5d} x {n:5d} x {k:5d}"
         if args.sweep:
             print(label)
-            sweep(m, n, k, args.dtype, a, b, expected, args.wgmma, args.multicast)
+            sweep(m, n, k, args.dtype, a, b, expected, args.wgmma)
             continue
         theirs_ms = time_torch(torch.matmul, (a, b))
         program = ts.compile(graph, profile=True, cache=False)

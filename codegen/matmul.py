@@ -34,9 +34,6 @@ WGMMA_ALIGN = 1024      # the 128-byte swizzle repeats every 1024 bytes: stages 
 WGMMA_BK = 64           # K elements per tile: one 128-byte swizzled row
 WGMMA_BLOCK_BYTES = 64 * 128   # one 64 x 64 block of 16-bit elements
 TMA_MAX_RANK = 5
-# persistent TMA kernels: clusters of two blocks on neighbouring M tiles, each copying half of the B tile into both
-# (TMA multicast), so that L2 sends each B tile out once; under measurement
-MULTICAST_B = False
 SM_COUNT = 132   # SMs of an H100 SXM or H200: persistent kernels are rendered for min(work, SM_COUNT) blocks that
                  # walk the tiles blockIdx.x, + gridDim.x, ... (correct for any grid); the executor launches at most
                  # one per SM of the GPU it runs on (executor.launch_grid)
@@ -133,49 +130,40 @@ def _tma(context: dict, batch_names: list[str]) -> dict:
     """What the TMA template (matmul_tma.cu.j2) changes in a wgmma context, where both operands are buffers
     indexed by plain tile and batch coordinates (else nothing: the cp.async wgmma template stays). Without a split
     of K the kernel is persistent: a grid of min(output tiles, SM_COUNT) blocks, each walking several tiles."""
-    threads, split_k = context["block"][0] + 128, context["split_k"]
-    tiles_n, tiles_m, _ = context["grid"]
-    persistent = split_k == 1   # else the cluster's blocks meet once, over their one tile
-    cluster_m = 2 if MULTICAST_B and persistent and tiles_m >= 2 else 1   # blocks sharing each B tile
     a = _tma_operand(context["copy_a"], "m", "block_m", context["bm"], batch_names, 0, "s_a")
-    b = _tma_operand(context["copy_b"], "n", "block_n", context["bn"], batch_names, 1, "s_b", cluster_m)
+    b = _tma_operand(context["copy_b"], "n", "block_n", context["bn"], batch_names, 1, "s_b")
     if a is None or b is None:
         return {}
     (spec_a, loads_a), (spec_b, loads_b) = a, b
+    threads, split_k = context["block"][0] + 128, context["split_k"]
     partials = 4 * context["bm"] * (context["bn"] + PARTIAL_PAD) + WGMMA_ALIGN   # split K: fp32 partial sums
-    tiles = tiles_n * -(-tiles_m // cluster_m) * context["batches"]   # output tiles (of a cluster) over all batches
-    blocks = min(tiles, SM_COUNT // cluster_m) * cluster_m
+    tiles_n, tiles_m, _ = context["grid"]
+    tiles = tiles_n * tiles_m * context["batches"]   # output tiles over all batches
+    persistent = split_k == 1   # else the cluster's blocks meet once, over their one tile
     how = ("warp-specialised (one producer warpgroup, BM / 64 consumer warpgroups)"
-           + (f" and persistent ({blocks} blocks walk the {tiles * cluster_m} output tiles; the producer loads the "
-              f"next tile's K tiles while the consumers run the epilogue)" if persistent else "")
-           + (f"; the {cluster_m} blocks of a cluster, on neighbouring M tiles, each copy a part of the B tile into "
-              f"all of them (TMA multicast)" if cluster_m > 1 else ""))
+           + (f" and persistent ({min(tiles, SM_COUNT)} blocks walk the {tiles} output tiles; the producer loads the "
+              f"next tile's K tiles while the consumers run the epilogue)" if persistent else ""))
     return {
         "template": "matmul_tma", "block": (threads, 1, 1), "tensor_maps": [spec_a, spec_b],
         "tma_loads": loads_a + loads_b, "tma_ranks": sorted({len(spec_a.dims), len(spec_b.dims)}),
         "shared_bytes": max(context["shared_bytes"], partials) if split_k > 1 else context["shared_bytes"],
-        "persistent": persistent, "tiles": tiles, "cluster_m": cluster_m,
-        **({"grid": (blocks, 1, 1)} if persistent else {}),
-        **({"cluster": (cluster_m, 1, 1)} if cluster_m > 1 else {}),
+        "persistent": persistent, "tiles": tiles,
+        **({"grid": (min(tiles, SM_COUNT), 1, 1)} if persistent else {}),
         "strategy": context["strategy"].replace("cp.async pipeline", f"TMA pipeline, {how}")
                     + (f", K split between the {split_k} blocks of a cluster" if split_k > 1 else ""),
     }
 
 
 def _tma_operand(copy: dict, tile_axis: str, tile_start: str, tile: int, batch_names: list[str], map_index: int,
-                 stage: str, shared_by: int = 1) -> tuple[TensorMapSpec, list[dict]] | None:
+                 stage: str) -> tuple[TensorMapSpec, list[dict]] | None:
     """The tensor map of one operand and the TMA copies of one K tile into its stage, as matmul_wgmma.cu.j2 lays
-    the stage out: K-major, one box of `tile` rows x 64 K; MN-major, tile / 64 boxes of 64 K rows x 64. A tile
-    `shared_by` the blocks of a cluster is copied in as many parts, block `cluster_rank` copying its part into
-    every block's stage (K-major: a part of the rows; MN-major: of each box's K rows)."""
+    the stage out: K-major, one box of `tile` rows x 64 K; MN-major, tile / 64 boxes of 64 K rows x 64."""
     where, shape = copy["where"], copy["shape"]
     plain = set(batch_names) | {"0", tile_axis, "kk"}
     if len(shape) > TMA_MAX_RANK or not set(where) <= plain or where.count(tile_axis) != 1 or where.count("kk") != 1:
         return None
     k_major = where[-1] == "kk"
     extent = {"kk": WGMMA_BK, tile_axis: tile if k_major else 64}   # the box: 128 contiguous bytes x rows
-    rows_axis = tile_axis if k_major else "kk"   # the box's rows, which a shared tile's parts divide
-    extent[rows_axis] //= shared_by
     spec = TensorMapSpec.of_buffer(copy["buffer"], shape, [extent.get(name, 1) for name in reversed(where)])
     starts = {"kk": "k0", "0": "0", tile_axis: f"(int){tile_start}", **{name: f"(int){name}" for name in batch_names}}
     if k_major:
@@ -183,13 +171,8 @@ def _tma_operand(copy: dict, tile_axis: str, tile_start: str, tile: int, batch_n
     else:
         blocks = [(j * WGMMA_BLOCK_BYTES, {**starts, tile_axis: f"(int){tile_start} + {64 * j}"})
                   for j in range(tile // 64)]
-    part = ""
-    if shared_by > 1:   # this block's part: rows cluster_rank * extent .. of each box
-        part = f" + cluster_rank * {extent[rows_axis] * 128}"
-        blocks = [(offset, {**coords, rows_axis: f"{coords[rows_axis]} + cluster_rank * {extent[rows_axis]}"})
-                  for offset, coords in blocks]
-    loads = [{"map": map_index, "dst": f"{stage} + {offset}{part}", "coords": [coords[name] for name in reversed(where)],
-              "multicast": shared_by > 1} for offset, coords in blocks]
+    loads = [{"map": map_index, "dst": f"{stage} + {offset}", "coords": [coords[name] for name in reversed(where)]}
+             for offset, coords in blocks]
     return spec, loads
 
 
