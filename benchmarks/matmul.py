@@ -53,14 +53,12 @@ SWEEP = [dict(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4, split_k=1, 
          dict(bm=64, bn=128, bk=64, stages=4, warps_m=1, warps_n=4, split_k=2, wgmma=1),
          dict(bm=64, bn=256, bk=64, stages=4, warps_m=1, warps_n=4, split_k=2, wgmma=1),
          dict(bm=128, bn=256, bk=64, stages=4, warps_m=2, warps_n=4, split_k=4, wgmma=1),   # M = 128: B read once
-         # deeper rings than the schedule space's 4 stages, for the small-M tiles (24 and 32 KB a stage)
+         # M <= 128: rings as deep as fit (a one-wave grid), 128 x 192 tiles in 22 clusters of four
          dict(bm=64, bn=128, bk=64, stages=8, warps_m=1, warps_n=4, split_k=2, wgmma=1),
-         dict(bm=64, bn=128, bk=64, stages=9, warps_m=1, warps_n=4, split_k=2, wgmma=1),
+         dict(bm=64, bn=128, bk=64, stages=8, warps_m=1, warps_n=4, split_k=4, wgmma=1),
          dict(bm=128, bn=128, bk=64, stages=6, warps_m=2, warps_n=4, split_k=2, wgmma=1),
-         dict(bm=128, bn=128, bk=64, stages=7, warps_m=2, warps_n=4, split_k=2, wgmma=1),
-         dict(bm=128, bn=128, bk=64, stages=6, warps_m=2, warps_n=4, split_k=4, wgmma=1),
-         dict(bm=128, bn=192, bk=64, stages=4, warps_m=2, warps_n=4, split_k=4, wgmma=1),   # 22 clusters of 4
-         dict(bm=64, bn=64, bk=64, stages=12, warps_m=1, warps_n=4, split_k=1, wgmma=1),    # no split, persistent
+         dict(bm=128, bn=192, bk=64, stages=5, warps_m=2, warps_n=4, split_k=4, wgmma=1),
+         dict(bm=64, bn=64, bk=64, stages=12, warps_m=1, warps_n=4, split_k=1, wgmma=1),
          None]   # None: codegen's default for the shape
 
 

@@ -19,6 +19,7 @@ from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import MatmulMatch, match_matmul
+from tensorsmith.ir.targets import TARGETS
 
 from .emit import Emitter, NotFusable, delinearize, linear_index, pair_store
 from .schedules import wgmma_schedule_ok
@@ -40,6 +41,7 @@ SM_COUNT = 132   # SMs of an H100 SXM or H200: persistent kernels are rendered f
 
 
 PARTIAL_PAD = 4   # floats added to each row of a split block's partial sums
+SHARED_LIMIT = TARGETS["sm90"].shared_bytes_per_block   # dynamic shared memory a block may opt in to
 
 
 def shared_bytes(bm: int, bn: int, bk: int, stages: int, a_major: str = "k", b_major: str = "n",
@@ -97,6 +99,12 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
             tma = _tma(wgmma, batch_names=[name for name, _ in coords])
             if tma or split_k == 1:   # the cp.async wgmma template does not split K: mma.sync does
                 context.update({**wgmma, **tma})
+                return context
+        # mma.sync under a wgmma schedule: its padded tiles may not fit as deep a ring as wgmma's unpadded ones
+        while context["stages"] > 2 and context["shared_bytes"] > SHARED_LIMIT:
+            deep, fewer = context["stages"], context["stages"] - 1
+            context.update(stages=fewer, shared_bytes=shared_bytes(bm, bn, bk, fewer, a_layout, b_layout, split_k),
+                           strategy=context["strategy"].replace(f"a {deep}-stage", f"a {fewer}-stage"))
     return context
 
 

@@ -11,12 +11,14 @@ ARCHETYPES: dict[str, dict[str, tuple[int, ...]]] = {
     "pointwise": {"block": (128, 256, 512), "vec": (1, 2, 4, 8)},
     "row_reduce": {"row_threads": (32, 64, 128, 256, 512, 1024), "block": (32, 64, 128, 256, 512, 1024),
                    "vec": (1, 2, 4, 8)},
-    "matmul": {"bm": (32, 64, 128), "bn": (64, 128, 256), "bk": (32, 64), "stages": (2, 3, 4),
+    "matmul": {"bm": (32, 64, 128), "bn": (64, 128, 256), "bk": (32, 64), "stages": (2, 3, 4, 6, 8, 12),
                "warps_m": (1, 2, 4), "warps_n": (2, 4), "split_k": (1, 2, 4, 8), "wgmma": (0, 1)},
     # bq = 16: decode (warps split the keys); wgmma = 1: Hopper's wgmma fed by TMA (bq 128, bkv 64 or 128)
     "attention": {"bq": (16, 64, 128), "bkv": (32, 64, 128), "wgmma": (0, 1)},
 }
 BUSY_BLOCKS = 128          # blocks that keep every SM of an H100/H200 busy
+SM_COUNT = 132             # an H100 SXM's or H200's SMs: a grid of at most this many blocks runs in one wave
+DEEP_RING_BYTES = 192 * 1024   # a one-wave TMA matmul's ring: the deepest that fits in this much shared memory
 MIN_TILES_PER_SPLIT = 4    # K tiles each block of a split keeps, so its pipeline fills
 ELEMENTS_PER_THREAD = 8   # aim for this many elements of a row per thread in each strided loop
 
@@ -48,27 +50,47 @@ def default_schedule(kernel: Kernel, shapes: dict[str, tuple[int, ...]], arch: s
 def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: bool) -> Schedule:
     """128x128 tiles where M is large; narrower ones, with K split across a cluster, where tiles are too few.
     Where both operands are plain copies, Hopper's wgmma on TMA (measured on the H200 at 4096^3 fp16: 232 us
-    against mma.sync's 540), with 128x256 tiles where those still fill the GPU, and 64 or 128 rows split across
-    a cluster where M is small (16 x 4096 x 4096: 19.8 us against mma.sync split-K's 22.7). At M = 128, 64-row
-    tiles split in two (128 x 4096 x 4096: 25.0 us, against 30.3 for 128-row tiles split in four, whose 32
-    clusters of four blocks do not all fit on the GPU at once; 128 x 4096 x 11008: 46.4 against 56.3 us)."""
+    against mma.sync's 540), with 128x256 tiles where those still fill the GPU. Where M is at most 128 (an LLM's
+    decode and small batches), 64-row tiles, and a ring as deep as fits when the grid runs in one wave (measured on
+    the H200, 2026-11-30, against cuBLAS: 128 x 4096 x 11008 with 64x128 tiles split in two, 8 stages 0.92 and
+    4 stages 0.82; 16 x 4096 x 4096 split in two, 0.98 and 0.81); where 64x64 tiles alone fill the GPU in one wave
+    and K is short, those without a split (128 x 4096 x 4096: 0.89, against 0.85 for 64x128 tiles split in two:
+    the split's cluster and reduction cost more than the narrower tiles' extra traffic; at K = 11008, 0.88 and
+    0.92, the traffic costs more). There K splits in two, into more only where two would leave three quarters
+    of the SMs idle: clusters of four do not all fit on the GPCs at once (16 x 4096 x 4096: split in two with
+    8 stages 0.98, in four with 4 stages 0.93)."""
     from .matmul import takes_wgmma, tensor_core_match   # matmul imports emit, which this module must not need
     match = next(m for n in kernel.body if (m := tensor_core_match(n)) is not None)
     rows, cols, depth = match.dims
+    batches = math.prod(match.batch_shape)
     tile_m = 128 if rows > 128 else 64 if rows > 32 else 32   # 128 rows: two tiles, so K splits in two, not four
     tile_n = 128 if cols >= 128 else 64
-    tiles = -(-rows // tile_m) * -(-cols // tile_n) * math.prod(match.batch_shape)
+    tiles = -(-rows // tile_m) * -(-cols // tile_n) * batches
     bk, split_k = 64, 1
     while (hopper and split_k < 8 and tiles * split_k < BUSY_BLOCKS   # a split needs a cluster: Hopper
-           and depth // (bk * split_k * 2) >= MIN_TILES_PER_SPLIT):
+           and depth // (bk * split_k * 2) >= MIN_TILES_PER_SPLIT
+           and (rows > 128 or split_k < 2 or tiles * split_k < BUSY_BLOCKS // 4)):
         split_k *= 2
     if hopper and (split_k > 1 or rows >= 128) and takes_wgmma(kernel, shapes):
+        narrow = -(-rows // 64) * -(-cols // 64) * batches   # 64x64 tiles
+        if rows <= 128 and BUSY_BLOCKS <= narrow <= SM_COUNT and depth <= SHORT_K:
+            return _wgmma_schedule(64, 64, 1, one_wave=True)
         wide = split_k == 1 and cols >= 256 and tiles // 2 >= BUSY_BLOCKS
         bm = 128 if tile_m == 128 else 64
-        return Schedule.of(bm=bm, bn=256 if wide else 128, bk=64, stages=4, warps_m=bm // 64, warps_n=4,
-                           split_k=split_k, wgmma=1)
+        return _wgmma_schedule(bm, 256 if wide else 128, split_k, one_wave=rows <= 128 and tiles * split_k <= SM_COUNT)
     return Schedule.of(bm=tile_m, bn=tile_n, bk=bk, stages=3 if tile_m == 128 else 4,
                        warps_m=2 if tile_m > 32 else 1, warps_n=4, split_k=split_k, wgmma=0)
+
+
+SHORT_K = 4096   # at most this deep, a small-M matmul's 64x64 tiles beat a split of K (see _matmul_default)
+
+
+def _wgmma_schedule(bm: int, bn: int, split_k: int, one_wave: bool) -> Schedule:
+    """A TMA matmul schedule: 4 stages, or with `one_wave` (every block on its own SM) the deepest ring of the
+    space within DEEP_RING_BYTES."""
+    stage_bytes = 2 * (bm + bn) * 64
+    stages = max(s for s in ARCHETYPES["matmul"]["stages"] if s == 4 or one_wave and s * stage_bytes <= DEEP_RING_BYTES)
+    return Schedule.of(bm=bm, bn=bn, bk=64, stages=stages, warps_m=bm // 64, warps_n=4, split_k=split_k, wgmma=1)
 
 
 def _attention_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: bool) -> Schedule:

@@ -26,6 +26,7 @@ import z3
 
 from tensorsmith.codegen import attention
 from tensorsmith.codegen.emit import NotFusable
+from tensorsmith.codegen.matmul import WGMMA_ALIGN
 from tensorsmith.codegen.render import row_plan, vector_width
 from tensorsmith.codegen.schedules import ARCHETYPES, MAX_ACCUMULATORS
 from tensorsmith.ir.graph import Graph
@@ -100,7 +101,11 @@ def schedule_constraints(facts: KernelFacts, target: Target) -> tuple[dict[str, 
                   ("warp tiles of whole 16x16 fragments",
                    z3.And(var["bm"] % (16 * var["warps_m"]) == 0, var["bn"] % (16 * var["warps_n"]) == 0)),
                   ("block <= max threads", threads <= target.max_threads_per_block),
-                  ("dynamic shared memory", MMA_BYTES * var["stages"] * tiles <= target.shared_bytes_per_block),
+                  # mma.sync's padded tiles; wgmma's are unpadded (where wgmma falls back to mma.sync, codegen
+                  # renders as many of the stages as fit)
+                  ("dynamic shared memory", z3.If(var["wgmma"] == 1, MMA_BYTES * var["stages"] * (var["bm"] + var["bn"])
+                                                  * var["bk"] + WGMMA_ALIGN, MMA_BYTES * var["stages"] * tiles)
+                   <= target.shared_bytes_per_block),
                   ("accumulators per thread", accumulators <= MAX_ACCUMULATORS),
                   ("split-K partial sums fit in shared memory",
                    z3.Or(var["split_k"] == 1, 4 * var["bm"] * (var["bn"] + 4) <= target.shared_bytes_per_block)),

@@ -1,6 +1,8 @@
 """The matmul archetype renders and compiles to sm_90 cubin for every layout, dtype, edge case and schedule."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from tensorsmith.codegen.matmul import SM_COUNT, matmul_body, shared_bytes, wgmm
 from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
 from tensorsmith.codegen.schedules import default_schedule, is_valid
 from tensorsmith.ir.kernel_program import Schedule
+from tensorsmith.ir.targets import TARGETS
 from tensorsmith.search.partition import partition
 
 
@@ -149,8 +152,23 @@ def test_schedules_that_break_the_warp_tiling_are_invalid() -> None:
 def test_default_splits_k_across_a_cluster_only_where_output_tiles_are_too_few() -> None:
     _, small = matmul_program(_product_graph(16, 4096, 4096), None)
     _, large = matmul_program(_product_graph(4096, 4096, 4096), None)
-    assert small.schedule["split_k"] > 1 and small.grid[0] * small.grid[1] * small.grid[2] >= 128
+    assert small.schedule["split_k"] == 2 and math.prod(small.grid) == 64    # 32 tiles; clusters of two
     assert large.schedule["split_k"] == 1 and "__cluster_dims__" not in large.source
+    _, tiny = matmul_program(_product_graph(16, 1024, 4096), None)
+    assert tiny.schedule["split_k"] == 4    # 8 tiles: two would leave three quarters of the SMs idle
+
+
+@pytest.mark.parametrize("m, n, k, tile, split_k, stages", [
+    (128, 4096, 4096, (64, 64), 1, 12),     # 64x64 tiles fill the GPU in one wave, K is short: no split
+    (128, 4096, 11008, (64, 128), 2, 8),    # K is long: wider tiles split in two, one wave, as deep as fits
+    (16, 11008, 4096, (64, 128), 2, 4),     # 172 blocks: two to an SM, so 4 stages
+    (4096, 4096, 4096, (128, 256), 1, 4)])  # large M: as before
+def test_default_ring_depth_and_tiles_at_llm_shapes(m: int, n: int, k: int, tile: tuple[int, int], split_k: int,
+                                                    stages: int) -> None:
+    _, kernel = matmul_program(_product_graph(m, n, k), None)
+    schedule = kernel.schedule
+    assert (schedule["bm"], schedule["bn"], schedule["split_k"], schedule["stages"]) == (*tile, split_k, stages)
+    assert kernel.shared_bytes <= TARGETS["sm90"].shared_bytes_per_block and kernel.tensor_maps
 
 
 def _product_graph(m: int, n: int, k: int, a_t: bool = False, b_t: bool = False) -> ts.Graph:
@@ -239,3 +257,16 @@ def test_wide_stores_render_and_compile() -> None:
         assert ("const uint4 chunk = make_uint4(from_lane(0), from_lane(1), from_lane(2), from_lane(3));"
                 in kernel.source) == wide
         assert is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90a"))
+
+
+def test_a_deep_wgmma_ring_that_falls_back_to_mma_sync_keeps_the_stages_that_fit() -> None:
+    """Where wgmma cannot take the operands (a prologue scales A), a 12-stage wgmma schedule renders mma.sync with
+    as many of its padded stages as fit in shared memory, and says so."""
+    schedule = {"bm": 64, "bn": 128, "bk": 64, "stages": 12, "warps_m": 1, "warps_n": 4, "split_k": 1, "wgmma": 1}
+    _, kernel = matmul_program(MATMUL_CASES["fused"](), schedule)
+    limit = TARGETS["sm90"].shared_bytes_per_block
+    assert "mma.sync" in kernel.source and kernel.shared_bytes <= limit
+    fitted = int(kernel.source.split("STAGES = ")[1].split(",")[0])
+    assert 2 <= fitted < 12 and shared_bytes(64, 128, 64, fitted + 1) > limit
+    assert f"a {fitted}-stage cp.async pipeline" in kernel.source
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))

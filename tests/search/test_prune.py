@@ -55,6 +55,17 @@ def test_schedule_constraints_name_what_they_prune() -> None:
     assert verdict(per_row, row_threads=256, block=256, vec=2) == "vec > 1 only where codegen caches the row"
 
 
+def test_deep_rings_fit_on_wgmmas_unpadded_tiles_only() -> None:
+    """12 stages of 64x64 tiles: wgmma's unpadded tiles fit (193 KiB), mma.sync's padded ones do not (243 KiB)."""
+    g = ts.Graph("mm")
+    g.output("c", g.input("a", (128, 4096), "float16") @ g.input("b", (4096, 4096), "float16"))
+    facts = facts_of(g)
+    tile = dict(bm=64, bn=64, bk=64, stages=12, warps_m=1, warps_n=4, split_k=1)
+    assert verdict(facts, **tile, wgmma=1) is None
+    assert verdict(facts, **tile, wgmma=0) == "dynamic shared memory"
+    assert verdict(facts, **{**tile, "bn": 256}, wgmma=1) == "dynamic shared memory"   # 385 KiB
+
+
 @pytest.mark.parametrize("case", ["norms", "many_short_rows", "matmul", "integers"])
 def test_every_schedule_z3_and_is_valid_accept_renders(case: str) -> None:
     program = partition(CASES[case]())
