@@ -22,8 +22,8 @@ examples) for model in examples/*.py; do
         python3 -m tensorsmith.cli run "$OUT/$name" --check --device cuda | tail -1
     done 2>&1 | tee $OUT/examples.log ;;
 memory) python3 benchmarks/memory_bound.py ${ONLY:+--only $ONLY} 2>&1 | tee $OUT/memory_bound.log | tail -8 ;;
-matmul) (cd benchmarks && python3 matmul.py --sweep \
-            && python3 matmul.py --sweep --quick --dtype bfloat16) 2>&1 | tee $OUT/matmul.log | grep -E "^ *[0-9]+ x|default|WRONG|float16" ;;
+matmul) (cd benchmarks && python3 matmul.py --sweep --wgmma \
+            && python3 matmul.py --sweep --defaults --dtype bfloat16) 2>&1 | tee $OUT/matmul.log | grep -E "^ *[0-9]+ x|default|WRONG|float16" ;;
 sass) python3 benchmarks/sass.py 2>&1 | tee $OUT/sass.log ;;   # needs the nvidia-cuda-nvdisasm wheel in .whl
 attention) (cd benchmarks && python3 attention.py --sweep) 2>&1 | tee $OUT/attention.log | tail -30 ;;
 esac; done

@@ -4,12 +4,12 @@ Shapes are issue 5's: 4096^3, and LLM shapes with M = 16, 128, 4096 and N, K fro
 output is checked against torch's (itself checked against a float64 reference) before its timing counts.
 
     python benchmarks/matmul.py [--dtype float16|bfloat16] [--quick]   # ts.compile, as a user would
-    python benchmarks/matmul.py --sweep [--quick] [--wgmma] [--m 128]   # under fixed schedules
+    python benchmarks/matmul.py --sweep [--quick] [--wgmma | --defaults] [--m 128]   # under fixed schedules
 
 `--sweep` times the one matmul kernel directly under each schedule of SWEEP (what the search would
 choose between), so that a default can be picked from measurements; `--wgmma` keeps only its wgmma (TMA)
-schedules and the default, about a third of the time. A schedule that fails to render, compile or run is
-reported on its row and the sweep goes on.
+schedules and the default, about a third of the time; `--defaults` only codegen's default for each shape.
+A schedule that fails to render, compile or run is reported on its row and the sweep goes on.
 """
 from __future__ import annotations
 
@@ -74,13 +74,13 @@ def _row(label: str, ours_ms: float, theirs_ms: float, flops: float) -> str:
 
 
 def sweep(m: int, n: int, k: int, dtype: str, a: torch.Tensor, b: torch.Tensor, expected: torch.Tensor,
-          wgmma_only: bool = False) -> None:
+          wgmma_only: bool = False, defaults_only: bool = False) -> None:
     """Each SWEEP schedule's kernel on torch's tensors (zero copy), checked, then timed in turns with cuBLAS."""
     program = partition(matmul_graph(m, n, k, dtype))
     out = torch.empty((m, n), dtype=a.dtype, device="cuda")
     pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": out.data_ptr()}
     for params in SWEEP:
-        if wgmma_only and params is not None and not params["wgmma"]:
+        if params is not None and (defaults_only or wgmma_only and not params["wgmma"]):
             continue
         try:
             _time_schedule(program, params, pointers, out, expected, a, b, m * n * k)
@@ -120,6 +120,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="only the first three shapes")
     parser.add_argument("--sweep", action="store_true", help="time the kernel under each schedule of SWEEP")
     parser.add_argument("--wgmma", action="store_true", help="sweep only SWEEP's wgmma schedules (and the default)")
+    parser.add_argument("--defaults", action="store_true", help="sweep only codegen's default schedule")
     parser.add_argument("--m", type=int, default=None, help="only the shapes with this M")
     args = parser.parse_args()
     torch_dtype = getattr(torch, args.dtype)
@@ -138,7 +139,7 @@ def main() -> None:
         label = f"{m:5d} x {n:5d} x {k:5d}"
         if args.sweep:
             print(label)
-            sweep(m, n, k, args.dtype, a, b, expected, args.wgmma)
+            sweep(m, n, k, args.dtype, a, b, expected, args.wgmma, args.defaults)
             continue
         theirs_ms = time_torch(torch.matmul, (a, b))
         program = ts.compile(graph, profile=True, cache=False)
