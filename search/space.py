@@ -177,7 +177,9 @@ class CandidateSpace:
 
     def _schedule(self, program: KernelProgram, position: int) -> ScheduleOptions:
         """Z3 and is_valid filter the whole space; the survivors are costed, and rendered cheapest first
-        (codegen's default schedule first among equals) until RENDERED_PER_KERNEL of them render."""
+        (codegen's default schedule first among equals) until RENDERED_PER_KERNEL of them render. Codegen's
+        default, picked from measurements, is always among them where it survives: the model misprices some
+        schedules (benchmarks/matmul.py's deep rings at M <= 128), and search must not lose the measured choice."""
         kernel = program.kernels[position]
         shapes = {name: buf.shape for name, buf in program.buffers.items()}
         self.stats.kernels_scheduled += 1
@@ -201,16 +203,24 @@ class CandidateSpace:
         costed.sort(key=lambda item: (item[0], item[1]))
         kept: list[tuple[float, Schedule]] = []
         for seconds, _, schedule in costed:
-            trial = dataclasses.replace(kernel, schedule=schedule)
-            try:
-                render_kernel(_with_kernel(program, position, trial), position)
-            except Exception:    # NotFusable, or a template that cannot take this schedule
-                self.stats.render_failed += 1
+            if not self._renders(program, position, schedule):
                 continue
             kept.append((seconds, schedule))
             if len(kept) == RENDERED_PER_KERNEL:
                 break
+        fallback = next(((seconds, schedule) for seconds, _, schedule in costed if schedule == default), None)
+        if fallback is not None and fallback not in kept and self._renders(program, position, default):
+            kept = sorted(kept[:RENDERED_PER_KERNEL - 1] + [fallback], key=lambda item: item[0])
         return ScheduleOptions(tuple(s for _, s in kept), tuple(t for t, _ in kept))
+
+    def _renders(self, program: KernelProgram, position: int, schedule: Schedule) -> bool:
+        trial = dataclasses.replace(program.kernels[position], schedule=schedule)
+        try:
+            render_kernel(_with_kernel(program, position, trial), position)
+        except Exception:    # NotFusable, or a template that cannot take this schedule
+            self.stats.render_failed += 1
+            return False
+        return True
 
 
 def _with_kernel(program: KernelProgram, position: int, kernel: Kernel) -> KernelProgram:

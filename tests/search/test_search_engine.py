@@ -7,7 +7,9 @@ import time
 import pytest
 from graph_cases import CASES
 
-from tensorsmith.codegen.schedules import is_valid
+import tensorsmith as ts
+from tensorsmith import nn
+from tensorsmith.codegen.schedules import default_schedule, is_valid
 from tensorsmith.ir.kernel_program import KernelProgram
 from tensorsmith.ir.targets import get_target
 from tensorsmith.search.beam import BeamConfig
@@ -15,7 +17,7 @@ from tensorsmith.search.cost import program_seconds
 from tensorsmith.search.engine import SearchConfig, SearchProgress, search_program
 from tensorsmith.search.mcts import MCTSConfig
 from tensorsmith.search.partition import partition
-from tensorsmith.search.space import program_structure
+from tensorsmith.search.space import CandidateSpace, program_structure
 from tensorsmith.search.verify import verify_program
 
 SM90 = get_target("sm90")
@@ -140,3 +142,17 @@ def test_verification_of_the_winner_is_reserved_from_the_budget(monkeypatch) -> 
     draws = 2 + engine.softmax_like(graph)     # the large draw too where the graph is softmax-like
     assert 2 * draws - 1.1 <= reserve <= 2 * draws - 0.5   # the other references and every execution: 1 s each
     assert engine._verification_reserve(run, budget_s=2.0) == pytest.approx(1.5)   # capped at 75%
+
+
+def test_codegens_default_schedule_is_always_among_a_kernels_options() -> None:
+    """The cost model ranks six other schedules of this softmax cheaper than the default (picked from H200
+    measurements); the options that search times still include it, so search never loses it."""
+    g = ts.Graph("default_kept")
+    g.output("y", nn.softmax(g.input("x", (8192, 8192), "float16"), -1))
+    space = CandidateSpace(g, get_target("sm90"))
+    boundaries = space.greedy()
+    program = space.program(boundaries)
+    shapes = {name: buffer.shape for name, buffer in program.buffers.items()}
+    options = space.options(boundaries, 0)
+    assert default_schedule(program.kernels[0], shapes) in options.schedules
+    assert list(options.seconds) == sorted(options.seconds)
