@@ -151,7 +151,7 @@ def main() -> None:
         tbs = nbytes / (ours * 1e-3) / 1e12
         schedules = "; ".join(f"{k.archetype}: {', '.join(f'{p}={v}' for p, v in k.schedule.items())}"
                               for k in program.kernels)
-        print(f"{name:10s} {ours * 1000:9.1f} us {tbs:6.2f} {tbs * 1e12 / ceiling:8.0%} {eager * 1000:9.1f} us "
+        print(f"{name:10s} {ours * 1000:9.1f} us {tbs:6.2f} {tbs * 1e12 / ceiling:8.1%} {eager * 1000:9.1f} us "
               f"{compiled} {eager / ours:8.2f}x  {schedules}", flush=True)
 
 if __name__ == "__main__":
