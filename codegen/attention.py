@@ -25,10 +25,9 @@ from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import MASK_LIMIT, AttentionMatch, attention_index, match_attention
-from tensorsmith.ir.targets import TARGETS
 
 from .emit import Emitter, NotFusable, c_literal, delinearize, pair_store, row_major_strides
-from .matmul import MMA_TYPES, SM_COUNT, TMA_MAX_RANK, WGMMA_ALIGN, WGMMA_ARCH
+from .matmul import MMA_TYPES, SM_COUNT, TMA_MAX_RANK, SHARED_LIMIT, WGMMA_ALIGN, WGMMA_ARCH
 from .tensor_map import TensorMapSpec
 
 HEAD_DIM_STEP = 16     # one k16 step of Q K^T and one pair of n8 output tiles
@@ -45,7 +44,6 @@ TMA_THREADS = 128 * (TMA_BQ // 64 + 1)   # and the producer warpgroup
 TMA_PINGPONG = True    # the consumer warpgroups take turns to issue their MMAs
 TMA_STAGES = (3, 2)    # K and V tiles in flight: the most that fit (a step holds two, the next one loads)
 TMA_MAX_DV = 128       # a consumer thread holds DV / 2 output accumulators besides BKV / 2 scores
-TMA_SHARED_LIMIT = TARGETS["sm90"].shared_bytes_per_block   # dynamic shared memory a Hopper block may opt in to
 
 
 def attention_match(node: Node) -> AttentionMatch | None:
@@ -143,7 +141,7 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
 
 def wgmma_stages(bq: int, bkv: int, dqk: int, dv: int) -> int:
     """The deepest ring of K and V tiles that attention_tma.cu.j2 fits in shared memory."""
-    fits = [s for s in TMA_STAGES if _tma_shared_bytes(bq, bkv, dqk, dv, s) <= TMA_SHARED_LIMIT]
+    fits = [s for s in TMA_STAGES if _tma_shared_bytes(bq, bkv, dqk, dv, s) <= SHARED_LIMIT]
     return fits[0] if fits else TMA_STAGES[-1]
 
 
@@ -160,7 +158,7 @@ def takes_wgmma(bq: int, bkv: int, dqk: int, dv: int) -> bool:
     """Whether attention_tma.cu.j2's tiling takes these sizes: two consumer warpgroups of 64 query rows, key
     tiles and head dims in whole 64-element boxes, the output accumulators of a row within a warpgroup's share."""
     return (bq == TMA_BQ and bkv in (64, 128) and dqk % 64 == 0 and dv % 64 == 0 and dv <= TMA_MAX_DV
-            and wgmma_shared_bytes(bq, bkv, dqk, dv) <= TMA_SHARED_LIMIT)
+            and wgmma_shared_bytes(bq, bkv, dqk, dv) <= SHARED_LIMIT)
 
 
 def _tma(match: AttentionMatch, batch: tuple[str, ...], qn: str, kn: str, context: dict) -> dict:

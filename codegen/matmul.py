@@ -22,7 +22,7 @@ from tensorsmith.ir.patterns import MatmulMatch, match_matmul
 from tensorsmith.ir.targets import TARGETS
 
 from .emit import Emitter, NotFusable, delinearize, linear_index, pair_store
-from .schedules import wgmma_schedule_ok
+from .schedules import SM_COUNT, wgmma_schedule_ok
 from .tensor_map import TensorMapSpec
 
 MMA_TYPES = {DType.FLOAT16: ("__half", "__float2half_rn"), DType.BFLOAT16: ("__nv_bfloat16", "__float2bfloat16_rn")}
@@ -35,13 +35,12 @@ WGMMA_ALIGN = 1024      # the 128-byte swizzle repeats every 1024 bytes: stages 
 WGMMA_BK = 64           # K elements per tile: one 128-byte swizzled row
 WGMMA_BLOCK_BYTES = 64 * 128   # one 64 x 64 block of 16-bit elements
 TMA_MAX_RANK = 5
-SM_COUNT = 132   # SMs of an H100 SXM or H200: persistent kernels are rendered for min(work, SM_COUNT) blocks that
-                 # walk the tiles blockIdx.x, + gridDim.x, ... (correct for any grid); the executor launches at most
-                 # one per SM of the GPU it runs on (executor.launch_grid)
+# persistent kernels are rendered for min(work, SM_COUNT) blocks that walk the tiles blockIdx.x, + gridDim.x, ...
+# (correct for any grid); the executor launches at most one per SM of the GPU it runs on (executor.launch_grid)
 
 
 PARTIAL_PAD = 4   # floats added to each row of a split block's partial sums
-SHARED_LIMIT = TARGETS["sm90"].shared_bytes_per_block   # dynamic shared memory a block may opt in to
+SHARED_LIMIT = TARGETS["sm90"].shared_bytes_per_block   # dynamic shared memory a Hopper block may opt in to
 
 
 def shared_bytes(bm: int, bn: int, bk: int, stages: int, a_major: str = "k", b_major: str = "n",

@@ -88,7 +88,7 @@ SHORT_K = 4096   # at most this deep, a small-M matmul's 64x64 tiles beat a spli
 def _wgmma_schedule(bm: int, bn: int, split_k: int, one_wave: bool) -> Schedule:
     """A TMA matmul schedule: 4 stages, or with `one_wave` (every block on its own SM) the deepest ring of the
     space within DEEP_RING_BYTES."""
-    stage_bytes = 2 * (bm + bn) * 64
+    stage_bytes = 2 * (bm + bn) * 64   # 16-bit A and B tiles, 64 deep in K
     stages = max(s for s in ARCHETYPES["matmul"]["stages"] if s == 4 or one_wave and s * stage_bytes <= DEEP_RING_BYTES)
     return Schedule.of(bm=bm, bn=bn, bk=64, stages=stages, warps_m=bm // 64, warps_n=4, split_k=split_k, wgmma=1)
 

@@ -208,9 +208,9 @@ class CandidateSpace:
             kept.append((seconds, schedule))
             if len(kept) == RENDERED_PER_KERNEL:
                 break
-        fallback = next(((seconds, schedule) for seconds, _, schedule in costed if schedule == default), None)
-        if fallback is not None and fallback not in kept and self._renders(program, position, default):
-            kept = sorted(kept[:RENDERED_PER_KERNEL - 1] + [fallback], key=lambda item: item[0])
+        measured_choice = next(((seconds, schedule) for seconds, _, schedule in costed if schedule == default), None)
+        if measured_choice is not None and measured_choice not in kept and self._renders(program, position, default):
+            kept = sorted(kept[:RENDERED_PER_KERNEL - 1] + [measured_choice], key=lambda item: item[0])
         return ScheduleOptions(tuple(s for _, s in kept), tuple(t for t, _ in kept))
 
     def _renders(self, program: KernelProgram, position: int, schedule: Schedule) -> bool:
