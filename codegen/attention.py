@@ -27,7 +27,7 @@ from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import MASK_LIMIT, AttentionMatch, attention_index, match_attention
 
 from .emit import Emitter, NotFusable, c_literal, delinearize, pair_store, row_major_strides
-from .matmul import MMA_TYPES, SM_COUNT, TMA_MAX_RANK, SHARED_LIMIT, WGMMA_ALIGN, WGMMA_ARCH
+from .matmul import MMA_TYPES, SHARED_LIMIT, SM_COUNT, TMA_MAX_RANK, WGMMA_ALIGN, WGMMA_ARCH
 from .tensor_map import TensorMapSpec
 
 HEAD_DIM_STEP = 16     # one k16 step of Q K^T and one pair of n8 output tiles
