@@ -19,6 +19,7 @@ ARCHETYPES: dict[str, dict[str, tuple[int, ...]]] = {
 BUSY_BLOCKS = 128          # blocks that keep every SM of an H100/H200 busy
 SM_COUNT = 132             # an H100 SXM's or H200's SMs: a grid of at most this many blocks runs in one wave
 DEEP_RING_BYTES = 192 * 1024   # a one-wave TMA matmul's ring: the deepest that fits in this much shared memory
+SHORT_K = 4096             # at most this deep, a small-M matmul's 64x64 tiles beat a split of K (_matmul_default)
 MIN_TILES_PER_SPLIT = 4    # K tiles each block of a split keeps, so its pipeline fills
 ELEMENTS_PER_THREAD = 8   # aim for this many elements of a row per thread in each strided loop
 
@@ -77,19 +78,18 @@ def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: 
             return _wgmma_schedule(64, 64, 1, one_wave=True)
         wide = split_k == 1 and cols >= 256 and tiles // 2 >= BUSY_BLOCKS
         bm = 128 if tile_m == 128 else 64
-        return _wgmma_schedule(bm, 256 if wide else 128, split_k, one_wave=rows <= 128 and tiles * split_k <= SM_COUNT)
+        one_wave = rows <= 128 and tiles * split_k <= SM_COUNT
+        return _wgmma_schedule(bm, 256 if wide else 128, split_k, one_wave)
     return Schedule.of(bm=tile_m, bn=tile_n, bk=bk, stages=3 if tile_m == 128 else 4,
                        warps_m=2 if tile_m > 32 else 1, warps_n=4, split_k=split_k, wgmma=0)
-
-
-SHORT_K = 4096   # at most this deep, a small-M matmul's 64x64 tiles beat a split of K (see _matmul_default)
 
 
 def _wgmma_schedule(bm: int, bn: int, split_k: int, one_wave: bool) -> Schedule:
     """A TMA matmul schedule: 4 stages, or with `one_wave` (every block on its own SM) the deepest ring of the
     space within DEEP_RING_BYTES."""
-    stage_bytes = 2 * (bm + bn) * 64   # 16-bit A and B tiles, 64 deep in K
-    stages = max(s for s in ARCHETYPES["matmul"]["stages"] if s == 4 or one_wave and s * stage_bytes <= DEEP_RING_BYTES)
+    from .matmul import WGMMA_ALIGN, wgmma_shared_bytes   # matmul imports this module
+    stages = max(s for s in ARCHETYPES["matmul"]["stages"]
+                 if s == 4 or one_wave and wgmma_shared_bytes(bm, bn, 64, s) - WGMMA_ALIGN <= DEEP_RING_BYTES)
     return Schedule.of(bm=bm, bn=bn, bk=64, stages=stages, warps_m=bm // 64, warps_n=4, split_k=split_k, wgmma=1)
 
 

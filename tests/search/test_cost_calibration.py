@@ -2,8 +2,8 @@
 
 The data are sweeps on the lent H200: `h200_matmul_sweep.json` from `benchmarks/matmul.py --sweep` (7 shapes,
 M = 16, 128, 4096 and N, K = 4096, 11008, under 13 to 23 schedules each: mma.sync and wgmma on TMA, with and
-without split-K, rings of 2 to 12 stages), and `h200_attention_sweep.json` from `benchmarks/attention.py --sweep` (causal and plain prefill and
-decode, 6 schedules each).
+without split-K, rings of 2 to 12 stages), and `h200_attention_sweep.json` from `benchmarks/attention.py --sweep`
+(causal and plain prefill and decode, 6 schedules each).
 """
 from __future__ import annotations
 
