@@ -298,11 +298,18 @@ def _wheel_header_flags() -> tuple[str, ...]:
     return tuple(f"-I{folder}" for folder in folders if folder)
 
 
+def _writable(size: int) -> bytes:
+    """A new bytes object of at least `size` bytes for NVRTC to write into. Never `b" " * size`: for size 1 that
+    is CPython's shared one-byte object, and NVRTC's NUL written into it turned every b" " of the process into
+    b"\\x00" (torch's schema parser then read "str tag" as "strtag")."""
+    return b"\x00" * max(size, 2)
+
+
 def _program_log(prog: nvrtc.nvrtcProgram) -> str:
     """The compiler's log for `prog`, as text."""
     err, size = nvrtc.nvrtcGetProgramLogSize(prog)
     _check(err, "nvrtcGetProgramLogSize")
-    buffer = b" " * size
+    buffer = _writable(size)
     (err,) = nvrtc.nvrtcGetProgramLog(prog, buffer)
     _check(err, "nvrtcGetProgramLog")
     return buffer.rstrip(b"\x00").decode(errors="replace")
@@ -312,7 +319,7 @@ def _program_cubin(prog: nvrtc.nvrtcProgram) -> bytes:
     """The cubin of a compiled `prog`."""
     err, size = nvrtc.nvrtcGetCUBINSize(prog)
     _check(err, "nvrtcGetCUBINSize")
-    buffer = b" " * size
+    buffer = _writable(size)
     (err,) = nvrtc.nvrtcGetCUBIN(prog, buffer)
     _check(err, "nvrtcGetCUBIN")
     return buffer

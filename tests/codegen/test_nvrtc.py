@@ -238,3 +238,14 @@ def test_compile_workers_reads_the_environment(monkeypatch):
     assert compile_workers() == 1
     monkeypatch.delenv(COMPILE_WORKERS_ENV)
     assert 1 <= compile_workers() <= MAX_COMPILE_WORKERS
+
+
+def test_compiling_in_process_leaves_the_interpreters_shared_bytes_alone(cache_dir: Path) -> None:
+    """A successful compile has an empty log (one NUL): reading it into `b" " * 1`, CPython's shared one-byte
+    object, made b" " equal b"\\x00" in the whole process (issue 18, item 2). Run in a fresh interpreter so that
+    the check sees only this compile."""
+    script = ("import sys; from tensorsmith.codegen import nvrtc; "
+              f"nvrtc.compile_cubin({HALF_KERNEL!r}, 'axpb_half'); "
+              "space = bytes([32]); sys.exit(0 if b' ' == space and b' ' != bytes(1) else 1)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr or "b' ' was overwritten by the compile"
