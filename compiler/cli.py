@@ -13,6 +13,8 @@ from tensorsmith.ir.errors import TensorsmithError
 if TYPE_CHECKING:
     from tensorsmith.search.engine import SearchProgress
 
+from tensorsmith.bench.command import add_arguments as add_bench_arguments
+from tensorsmith.bench.command import run_bench
 from tensorsmith.ir.targets import TARGETS
 
 USAGE_ERRORS = 2   # bad input from the user: a model that raises, an unknown target, a missing file
@@ -58,13 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--inputs", help="a .npz file with one array per input (default: random inputs)")
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     run.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    add_bench_arguments(commands.add_parser(
+        "bench", help="time the model suite (benchmarks/models/) against PyTorch on this GPU",
+        description="Compile each case of the suite with tensorsmith, check it against its PyTorch reference, and"
+                    " time its kernels, its call from PyTorch, eager PyTorch and torch.compile side by side."))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `tensorsmith`."""
     args = build_parser().parse_args(argv)
-    commands = {"compile": run_compile, "inspect": run_inspect, "run": run_program, "rewrites": run_rewrites}
+    commands = {"compile": run_compile, "inspect": run_inspect, "run": run_program, "rewrites": run_rewrites,
+                "bench": lambda parsed: run_bench(parsed, list(argv if argv is not None else sys.argv[1:]))}
     return _guarded(args, commands[args.command])
 
 

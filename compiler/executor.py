@@ -323,34 +323,40 @@ def _allocate_like(example: Any, shape: tuple[int, ...], dtype: DType) -> object
 
 
 def run_on_device_arrays(program: Program, inputs: dict[str, object]) -> dict[str, object]:
-    """Launch the kernels on the caller's GPU arrays; outputs come back in the caller's framework, uncopied.
-
-    An input whose address is not 16-byte aligned (a view at an odd offset) is copied first: the kernels read
-    16 bytes at a time."""
-    pointers: dict[str, int] = {}
+    """Launch the kernels on the caller's GPU arrays; outputs come back in the caller's framework, uncopied."""
     with ExitStack() as stack:
-        for name in program.inputs:
-            ptr, shape, dtype, contiguous = _describe(inputs[name])
-            buf = program.buffers[name]
-            if shape != buf.shape or dtype != buf.dtype or not contiguous:
-                raise InputError(f"input {name!r}: expected a contiguous {buf.dtype} array of shape {buf.shape}, got "
-                                 f"{dtype or 'an unsupported dtype'} of shape {shape}"
-                                 f"{'' if contiguous else ' (strided)'}")
-            if ptr % VECTOR_ALIGNMENT:
-                aligned = stack.enter_context(runtime.DeviceBuffer(buf.nbytes))
-                runtime.synchronize()     # the caller's framework may still be writing it
-                aligned.copy_from(ptr, buf.nbytes)
-                ptr = aligned.ptr
-            pointers[name] = ptr
-        example = inputs[program.inputs[0]]
-        outputs = {name: _allocate_like(example, program.buffers[name].shape, program.buffers[name].dtype)
-                   for name in program.outputs}
-        pointers.update({name: _describe(array)[0] for name, array in outputs.items()})
-        session = Session(program, stack, borrowed=pointers)
+        session, outputs = bind_device_arrays(program, inputs, stack)
         runtime.synchronize()     # the caller's framework may still be writing the inputs
         session.run_all()
         runtime.synchronize()
     return outputs
+
+
+def bind_device_arrays(program: Program, inputs: dict[str, object], stack: ExitStack) -> tuple[Session, dict[str, object]]:
+    """A Session whose inputs are the caller's GPU arrays and whose outputs are new arrays of the caller's
+    framework (returned too), so that its launches can be repeated; temporaries live as long as `stack`.
+
+    An input whose address is not 16-byte aligned (a view at an odd offset) is copied first: the kernels read
+    16 bytes at a time."""
+    pointers: dict[str, int] = {}
+    for name in program.inputs:
+        ptr, shape, dtype, contiguous = _describe(inputs[name])
+        buf = program.buffers[name]
+        if shape != buf.shape or dtype != buf.dtype or not contiguous:
+            raise InputError(f"input {name!r}: expected a contiguous {buf.dtype} array of shape {buf.shape}, got "
+                             f"{dtype or 'an unsupported dtype'} of shape {shape}"
+                             f"{'' if contiguous else ' (strided)'}")
+        if ptr % VECTOR_ALIGNMENT:
+            aligned = stack.enter_context(runtime.DeviceBuffer(buf.nbytes))
+            runtime.synchronize()     # the caller's framework may still be writing it
+            aligned.copy_from(ptr, buf.nbytes)
+            ptr = aligned.ptr
+        pointers[name] = ptr
+    example = inputs[program.inputs[0]]
+    outputs = {name: _allocate_like(example, program.buffers[name].shape, program.buffers[name].dtype)
+               for name in program.outputs}
+    pointers.update({name: _describe(array)[0] for name, array in outputs.items()})
+    return Session(program, stack, borrowed=pointers), outputs
 
 
 def time_program(program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 3,

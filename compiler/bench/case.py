@@ -1,0 +1,111 @@
+"""A benchmark case: a graph written as users write models, its PyTorch reference, and what bounds its speed."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from tensorsmith.ir.errors import TensorsmithError
+from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.node import Node, toposort
+from tensorsmith.ir.ops import Op
+
+SUITE_PACKAGE = "tensorsmith.suite"    # benchmarks/models/, installed with tensorsmith
+FAMILIES = ("memory-bound", "matmul", "fused", "attention", "block")
+
+
+class CaseError(TensorsmithError):
+    """A case named on the command line does not exist, or a case file is malformed."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the suite.
+
+    `reference(**tensors)` computes the graph's single output (or a dict of outputs) with idiomatic PyTorch.
+    `std` gives an input's standard deviation where it is not 1 (weights: 1/sqrt(fan_in), as initialisers
+    draw them); `flops` overrides the count of multiply-adds read off the graph where that count misleads
+    (a causal mask halves the work that has to be done).
+    """
+
+    graph: Graph
+    reference: Callable[..., Any]
+    family: str
+    std: dict[str, float] = field(default_factory=dict)
+    flops: float | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise CaseError(f"case {self.graph.name!r}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
+        unknown = set(self.std) - set(self.graph.inputs)
+        if unknown:
+            raise CaseError(f"case {self.graph.name!r}: std given for unknown inputs {sorted(unknown)}")
+
+    @property
+    def name(self) -> str:
+        return self.graph.name
+
+    def input_std(self, name: str) -> float:
+        return self.std.get(name, 1.0)
+
+    def bytes_moved(self) -> int:
+        """The fewest bytes any program must move: every input read once, every output written once."""
+        nodes = [*self.graph.inputs.values(), *self.graph.outputs.values()]
+        return sum(node.size * node.dtype.itemsize for node in nodes)
+
+    def matmul_flops(self) -> float:
+        """Floating-point operations of the graph's contractions (2 per multiply-add of a sum over products)."""
+        if self.flops is not None:
+            return self.flops
+        return float(sum(2 * node.srcs[0].size for node in toposort(self.graph.outputs.values())
+                         if node.op == Op.SUM and _is_product_of_broadcasts(node.srcs[0])))
+
+    def floor_s(self, copy_bytes_per_s: float, matmul_flops_per_s: float) -> float:
+        """The larger of the bytes at the copy rate and the FLOPs at the matmul rate: no program runs much faster."""
+        return max(self.bytes_moved() / copy_bytes_per_s, self.matmul_flops() / matmul_flops_per_s)
+
+
+def _is_product_of_broadcasts(node: Node) -> bool:
+    """sum(expand(a) * expand(b)) is a contraction (a matmul, attention's scores); sum(x * x) is not."""
+    return node.op == Op.MUL and any(src.op == Op.EXPAND for src in node.srcs)
+
+
+def fan_in_std(fan_in: int) -> float:
+    """The standard deviation of a weight with `fan_in` inputs per output, as PyTorch's initialisers give it."""
+    return float(1.0 / np.sqrt(fan_in))
+
+
+def load_suite() -> list[Case]:
+    """Every case of every file in benchmarks/models/ (the package tensorsmith.suite), in file order."""
+    package = importlib.import_module(SUITE_PACKAGE)
+    cases: list[Case] = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{SUITE_PACKAGE}.{info.name}")
+        found = getattr(module, "CASES", None)
+        if not isinstance(found, list) or not all(isinstance(c, Case) for c in found):
+            raise CaseError(f"{module.__file__} must define CASES, a list of tensorsmith.bench.Case")
+        cases.extend(found)
+    cases.sort(key=lambda c: FAMILIES.index(c.family))
+    names = [c.name for c in cases]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise CaseError(f"case names must be unique; repeated: {', '.join(repeated)}")
+    return cases
+
+
+def select(cases: list[Case], patterns: list[str]) -> list[Case]:
+    """The cases named by `patterns` (a case name, a family, or a prefix ending in '*'), in suite order."""
+    if not patterns:
+        return cases
+    chosen = set()
+    for pattern in patterns:
+        hits = {c.name for c in cases if c.name == pattern or c.family == pattern
+                or (pattern.endswith("*") and c.name.startswith(pattern[:-1]))}
+        if not hits:
+            raise CaseError(f"no benchmark case or family matches {pattern!r}; `tensorsmith bench --list` lists them")
+        chosen |= hits
+    return [c for c in cases if c.name in chosen]

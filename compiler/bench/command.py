@@ -1,0 +1,140 @@
+"""`tensorsmith bench`: run the suite (or the cases named) and print, and with -o write, the table."""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tensorsmith.ir.errors import TensorsmithError
+from tensorsmith.ir.knobs import CACHE_DIR_ENV
+
+from .case import FAMILIES, load_suite, select
+from .harness import BASELINES, DEFAULT_BASELINES, Harness, commit
+from .report import Row, format_text, from_json, markdown, summary, table_rows, write_results
+
+DEFAULT_BUDGET_S = 10.0
+
+
+class BenchError(TensorsmithError):
+    """`tensorsmith bench` cannot run here: no GPU, no PyTorch, a bad option."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cases", nargs="*", metavar="CASE",
+                        help=f"case names, families ({', '.join(FAMILIES)}) or prefixes ending in '*' (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the cases and exit (needs no GPU)")
+    parser.add_argument("--baselines", default=",".join(DEFAULT_BASELINES),
+                        help=f"comma-separated, of {', '.join(BASELINES)} (default {','.join(DEFAULT_BASELINES)})")
+    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                        help=f"tensorsmith's search budget per case (default {DEFAULT_BUDGET_S:g})")
+    parser.add_argument("-o", "--output", metavar="BENCHMARKS.md",
+                        help="write the run into this Markdown file (between its bench markers; the rest is kept) and "
+                             "every number into the .json beside it")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="start no case after this many seconds; those left are listed as not run")
+    parser.add_argument("--from-json", nargs="+", metavar="RESULTS.json",
+                        help="no run: write -o (or print) from the results of earlier runs, rows joined in order")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the search")
+    parser.add_argument("--cache-dir", help="tensorsmith's cache to use (default: a fresh one, so compiles are cold)")
+    parser.add_argument("--commit", default=None, help="the commit to name in the report (default: git's)")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+
+
+def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
+    cases = select(load_suite(), args.cases)
+    if args.list:
+        for case in cases:
+            print(f"{case.name:30s} {case.family:13s} {case.bytes_moved() / 1e6:9.1f} MB {case.matmul_flops() / 1e9:9.1f}"
+                  f" GFLOP  {case.note}")
+        return 0
+    if args.from_json:
+        return _from_json(args)
+    baselines = [b for b in args.baselines.split(",") if b]
+    unknown = [b for b in baselines if b not in BASELINES]
+    if unknown:
+        raise BenchError(f"unknown baseline {unknown[0]!r}; choose from {', '.join(BASELINES)}")
+    if args.budget <= 0:
+        raise BenchError(f"--budget must be positive, got {args.budget:g}")
+    torch = _torch_on_gpu()
+    output = Path(args.output) if args.output else None
+    if output is not None and output.exists() and output.is_dir():
+        raise BenchError(f"-o {output}: is a folder; give the Markdown file to write")
+    with tempfile.TemporaryDirectory(prefix="tensorsmith-bench-") as fresh:
+        os.environ[CACHE_DIR_ENV] = args.cache_dir or fresh
+        return _run(torch, cases, baselines, args, output, argv)
+
+
+def _run(torch, cases, baselines: list[str], args: argparse.Namespace, output: Path | None, argv: list[str]) -> int:
+    started = time.perf_counter()
+    log = lambda text: print(text, file=sys.stderr, flush=True)   # noqa: E731
+    log("measuring the GPU's copy bandwidth and matmul rate ...")
+    harness = Harness(torch, baselines, args.budget, args.seed)
+    meta = harness.meta("tensorsmith bench " + shlex.join(argv), args.commit or commit())
+    log(f"{meta['gpu']}: copy {meta['copy_tb_s']:.2f} TB/s, float16 matmul {meta['matmul_tflop_s']:.0f} TFLOP/s; "
+        f"{len(cases)} cases, baselines {', '.join(baselines)}")
+    rows: list[Row] = []
+    for index, case in enumerate(cases):
+        if args.time_limit is not None and time.perf_counter() - started > args.time_limit:
+            log(f"time limit of {args.time_limit:g} s reached; not run: {', '.join(c.name for c in cases[index:])}")
+            break
+        log(f"[{index + 1}/{len(cases)}] {case.name} ...")
+        case_start = time.perf_counter()
+        rows.append(harness.run(case, index))
+        cells = table_rows(rows[-1:], baselines)
+        log("    " + ", ".join(f"{h} {c}" for h, c in zip(cells[0][1:], cells[1][1:]))
+            + f" ({time.perf_counter() - case_start:.0f} s)")
+        if output is not None:
+            write_results(output, meta, rows)
+    print(format_text(table_rows(rows, baselines)))
+    s = summary(rows)
+    print(f"geometric mean of the speedup over the best baseline: kernels {_fmt(s['geomean_kernels'])}, "
+          f"call {_fmt(s['geomean_call'])} ({s['cases_compared']} of {s['cases']} cases); "
+          f"{time.perf_counter() - started:.0f} s")
+    if output is not None:
+        print(f"wrote {output} and {output.with_suffix('.json')}")
+    return 0
+
+
+def _from_json(args: argparse.Namespace) -> int:
+    meta, rows = None, []
+    for path in args.from_json:
+        try:
+            run_meta, run_rows = from_json(Path(path).read_text())
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise BenchError(f"{path} is not a results file of tensorsmith bench: {err}") from None
+        meta = meta or run_meta
+        if run_meta.get("commit") != meta.get("commit"):
+            meta = {**meta, "commit": f"{meta['commit']}, {run_meta.get('commit')}"}
+        if run_meta.get("command") not in meta["command"]:
+            meta = {**meta, "command": f"{meta['command']}` then `{run_meta.get('command')}"}
+        rows.extend(run_rows)
+    assert meta is not None
+    if args.output:
+        write_results(Path(args.output), meta, rows)
+        print(f"wrote {args.output} and {Path(args.output).with_suffix('.json')}")
+    else:
+        print(markdown(meta, rows))
+    return 0
+
+
+def _fmt(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+def _torch_on_gpu():
+    """PyTorch with a CUDA GPU, or a BenchError saying which is missing."""
+    from tensorsmith.codegen.runtime import gpu_available
+    if not gpu_available():
+        raise BenchError("tensorsmith bench needs an NVIDIA GPU and found none (`tensorsmith bench --list` works"
+                         " anywhere)")
+    try:
+        import torch
+    except ImportError:
+        raise BenchError("tensorsmith bench compares with PyTorch, which is not installed (pip install torch)") from None
+    if not torch.cuda.is_available():
+        raise BenchError(f"PyTorch {torch.__version__} sees no GPU (a CPU-only build?); tensorsmith bench needs CUDA")
+    return torch

@@ -1,0 +1,201 @@
+"""The harness of `tensorsmith bench`: each case compiled, checked and timed against PyTorch, in one process.
+
+For each case: fresh inputs at realistic scales on the GPU; tensorsmith compiled cold (an empty cache made for
+this run) and again warm (from that cache); the PyTorch reference run in float32 as the truth; tensorsmith's
+output and every baseline's compared with it (a wrong one is reported and not timed); then all of them timed in
+turns (timing.time_runs). Whatever fails is reported on its row and the run goes on.
+"""
+from __future__ import annotations
+
+import datetime
+import subprocess
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from tensorsmith.ir.dtypes import DType
+from tensorsmith.search.verify import tolerance
+
+from ..executor import bind_device_arrays
+from ..pipeline import VERSION
+from ..pipeline import compile as ts_compile
+from ..program import Program
+from . import timing
+from .case import Case
+from .report import KernelTime, Measured, Row
+
+BASELINES = ("eager", "compile", "max-autotune", "reduce-overhead")
+DEFAULT_BASELINES = ("eager", "compile", "max-autotune")
+FAILURE_CHARS = 200     # a failure is one line on its row
+
+
+def one_line(err: BaseException) -> str:
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    return text if len(text) <= FAILURE_CHARS else text[:FAILURE_CHARS - 3] + "..."
+
+
+def make_baseline(torch: Any, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` as the baseline `name` runs it: as written (eager: cuBLAS, SDPA), or through torch.compile's modes."""
+    if name == "eager":
+        return fn
+    mode = None if name == "compile" else name
+    return torch.compile(fn, mode=mode, dynamic=False)
+
+
+def draw_inputs(torch: Any, case: Case, seed: int) -> dict[str, Any]:
+    """Fresh inputs on the GPU: floats N(0, std^2) in the input's dtype (never zeros), small ints, random bools."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    tensors = {}
+    for name, node in case.graph.inputs.items():
+        if node.dtype.is_float:
+            values = torch.randn(node.shape, generator=generator, device="cuda", dtype=torch.float32)
+            tensors[name] = (values * case.input_std(name)).to(getattr(torch, node.dtype.value))
+        elif node.dtype == DType.INT32:
+            tensors[name] = torch.randint(-100, 100, node.shape, generator=generator, device="cuda", dtype=torch.int32)
+        else:
+            tensors[name] = torch.rand(node.shape, generator=generator, device="cuda") < 0.5
+    return tensors
+
+
+def as_outputs(case: Case, value: Any) -> dict[str, Any]:
+    """A reference's result as {output name: tensor}: a lone tensor is the graph's one output."""
+    if isinstance(value, dict):
+        return value
+    (name,) = case.graph.outputs
+    return {name: value}
+
+
+def relative_error(torch: Any, outputs: dict[str, Any], truth: dict[str, Any]) -> float:
+    """The worst output's ||out - truth|| / ||truth||, in float32; NaN or inf anywhere gives NaN."""
+    worst = 0.0
+    for name, expected in truth.items():
+        got = outputs[name].float()
+        if got.shape != expected.shape or not bool(torch.isfinite(got).all()):
+            return float("nan")
+        worst = max(worst, float((got - expected).norm() / expected.norm().clamp_min(1e-30)))
+    return worst
+
+
+def case_tolerance(case: Case) -> float:
+    return max(tolerance(node) for node in case.graph.outputs.values())
+
+
+class Harness:
+    """Runs cases one by one; holds the run's torch module, baselines and budget."""
+
+    def __init__(self, torch: Any, baselines: list[str], budget_s: float, seed: int = 0,
+                 log: Callable[[str], None] = print):
+        self.torch, self.baselines, self.budget_s, self.seed, self.log = torch, baselines, budget_s, seed, log
+        self.copy_rate = timing.copy_bytes_per_s(torch)
+        self.matmul_rate = timing.matmul_flops_per_s(torch)
+
+    def meta(self, command: str, commit: str) -> dict[str, Any]:
+        torch = self.torch
+        return {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
+                "driver": _driver_version(), "torch": torch.__version__, "tensorsmith": VERSION,
+                "commit": commit, "copy_tb_s": self.copy_rate / 1e12, "matmul_tflop_s": self.matmul_rate / 1e12,
+                "budget_s": self.budget_s, "baselines": list(self.baselines), "seed": self.seed, "command": command}
+
+    def run(self, case: Case, index: int) -> Row:
+        torch = self.torch
+        floor_memory, floor_matmul = case.bytes_moved() / self.copy_rate, case.matmul_flops() / self.matmul_rate
+        row = Row(case.name, case.family, max(floor_memory, floor_matmul) * 1e3,
+                  "memory" if floor_memory >= floor_matmul else "matmul", note=case.note)
+        torch._dynamo.reset()      # each case compiles afresh, with static shapes
+        tensors = draw_inputs(torch, case, self.seed + index)
+        truth = as_outputs(case, case.reference(**{k: v.float() if v.is_floating_point() else v
+                                                   for k, v in tensors.items()}))
+        limit = case_tolerance(case)
+        runs: dict[str, Callable[[], object]] = {}
+        with ExitStack() as stack:
+            program = self._compile(case, row)
+            if program is not None:
+                self._check_ours(program, tensors, truth, limit, row, runs, stack)
+            for name in self.baselines:
+                self._check_baseline(name, case, tensors, truth, limit, row, runs)
+            if runs:
+                times = timing.time_runs(torch, runs, queued=frozenset({"kernels"}))
+                for name, ms in times.items():
+                    self._measured(row, name).ms = ms
+        torch.cuda.empty_cache()
+        return row
+
+    def _measured(self, row: Row, name: str) -> Measured:
+        return {"kernels": row.kernels, "call": row.call}.get(name) or row.baselines[name]
+
+    def _compile(self, case: Case, row: Row) -> Program | None:
+        """tensorsmith's program, compiled cold and then warm (from the cache), or None with the failure on the row."""
+        try:
+            start = time.perf_counter()
+            ts_compile(case.graph, budget_s=self.budget_s, seed=self.seed)
+            row.kernels.compile_s = time.perf_counter() - start
+            start = time.perf_counter()
+            program = ts_compile(case.graph, budget_s=self.budget_s, seed=self.seed)
+            row.compile_warm_s = time.perf_counter() - start
+        except Exception as err:    # a case tensorsmith cannot compile is a row of the table, not the end of it
+            row.kernels.failure = row.call.failure = one_line(err)
+            return None
+        row.kernel_count = len(program.kernels)
+        row.kernel_times = [KernelTime(k.name, k.archetype, k.measured_ms) for k in program.kernels]
+        return program
+
+    def _check_ours(self, program: Program, tensors: dict[str, Any], truth: dict[str, Any], limit: float, row: Row,
+                    runs: dict[str, Callable[[], object]], stack: ExitStack) -> None:
+        try:
+            row.kernels.error = row.call.error = relative_error(self.torch, program(**tensors), truth)
+            session, outputs = bind_device_arrays(program, tensors, stack)
+            session.run_all()
+            kernels_error = relative_error(self.torch, outputs, truth)
+        except Exception as err:
+            row.kernels.failure = row.call.failure = one_line(err)
+            return
+        worst = max(row.kernels.error, kernels_error)
+        if not worst <= limit:
+            row.kernels.failure = row.call.failure = (f"output differs from PyTorch's: relative L2 error {worst:.3g}"
+                                                      f" > {limit:g}")
+            return
+        runs["kernels"], runs["call"] = session.run_all, lambda: program(**tensors)
+
+    def _check_baseline(self, name: str, case: Case, tensors: dict[str, Any], truth: dict[str, Any], limit: float,
+                        row: Row, runs: dict[str, Callable[[], object]]) -> None:
+        measured = row.baselines[name] = Measured()
+        try:
+            fn = make_baseline(self.torch, name, case.reference)
+            start = time.perf_counter()
+            outputs = as_outputs(case, fn(**tensors))
+            self.torch.cuda.synchronize()
+            measured.compile_s = time.perf_counter() - start
+            measured.error = relative_error(self.torch, outputs, truth)
+        except Exception as err:   # a baseline that fails is reported on its row; the run goes on
+            measured.failure = one_line(err)
+            return
+        if not measured.error <= limit:
+            measured.failure = f"output differs from float32: relative L2 error {measured.error:.3g} > {limit:g}"
+            return
+        runs[name] = lambda: fn(**tensors)
+
+
+def _driver_version() -> str:
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+        return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def commit() -> str:
+    """The git commit of the tensorsmith source being run (from the working folder), or 'unknown'."""
+    for folder in (Path.cwd(), Path(__file__).resolve().parent):
+        try:
+            done = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                  text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if done.returncode == 0 and done.stdout.strip():
+            dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            return done.stdout.strip() + ("+changes" if dirty else "")
+    return "unknown"

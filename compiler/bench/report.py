@@ -1,0 +1,222 @@
+"""The results of `tensorsmith bench`: one Row per case, printed as a table, written as Markdown and as JSON."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SECTION_BEGIN = "<!-- tensorsmith bench: begin (written by `tensorsmith bench -o`; edits inside are replaced) -->"
+SECTION_END = "<!-- tensorsmith bench: end -->"
+RESULTS_FORMAT = 1
+
+
+@dataclass
+class Measured:
+    """One way of running a case: its median time, its first call's compile time, its error against float32."""
+
+    ms: float | None = None
+    compile_s: float | None = None
+    error: float | None = None
+    failure: str | None = None     # one line: why there is no time
+
+
+@dataclass
+class KernelTime:
+    name: str
+    archetype: str
+    ms: float | None
+
+
+@dataclass
+class Row:
+    """One case of the suite, measured: tensorsmith's kernels and call, and each baseline."""
+
+    case: str
+    family: str
+    floor_ms: float
+    floor_bound: str                      # "memory" or "matmul": which term of the floor is larger
+    kernels: Measured = field(default_factory=Measured)
+    call: Measured = field(default_factory=Measured)
+    kernel_count: int | None = None
+    compile_warm_s: float | None = None
+    kernel_times: list[KernelTime] = field(default_factory=list)
+    baselines: dict[str, Measured] = field(default_factory=dict)
+    note: str = ""
+
+    def best_baseline(self) -> tuple[str, float] | None:
+        """The fastest baseline that ran and was right, with its ms."""
+        timed = [(name, m.ms) for name, m in self.baselines.items() if m.ms is not None and m.failure is None]
+        return min(timed, key=lambda t: t[1]) if timed else None
+
+    def speedup(self, ours: Measured) -> float | None:
+        """The best baseline's time over `ours` (above 1: tensorsmith is faster)."""
+        best = self.best_baseline()
+        if best is None or ours.ms is None or ours.failure is not None:
+            return None
+        return best[1] / ours.ms
+
+    def of_floor(self) -> float | None:
+        """The floor over tensorsmith's kernel time: 1.0 would be a program at the hardware's limit."""
+        return self.floor_ms / self.kernels.ms if self.kernels.ms and self.kernels.failure is None else None
+
+    def why_slower(self) -> str:
+        """Where tensorsmith's kernels lose to the best baseline, from its own measurements: the slowest kernel."""
+        speedup = self.speedup(self.kernels)
+        if speedup is None or speedup >= 1.0:
+            return ""
+        timed = [k for k in self.kernel_times if k.ms is not None]
+        if not timed:
+            return f"{self.kernel_count} kernels, none timed alone"
+        slowest = max(timed, key=lambda k: k.ms or 0.0)
+        share = (slowest.ms or 0.0) / sum(k.ms or 0.0 for k in timed)
+        return (f"{len(timed)} kernel{'s' if len(timed) != 1 else ''}; slowest {slowest.name} ({slowest.archetype}) "
+                f"{_us(slowest.ms)}, {share:.0%} of their sum")
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _us(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms * 1000:.1f} us" if ms < 1 else f"{ms:.2f} ms"
+
+
+def _ratio(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+def _cell(m: Measured) -> str:
+    if m.failure is not None:
+        return f"WRONG ({m.error:.2g})" if m.error is not None else "FAILED"
+    return _us(m.ms)
+
+
+HEADER = ("case", "kernels", "call", "BASELINES", "x best (kernels)", "x best (call)", "of floor", "n",
+          "compile cold / warm", "error")
+
+
+def table_rows(rows: list[Row], baselines: list[str]) -> list[list[str]]:
+    """The table as cells: a header, then one row per case."""
+    header = [h for name in HEADER for h in (baselines if name == "BASELINES" else [name])]
+    out = [header]
+    for row in rows:
+        floor = row.of_floor()
+        compile_s = (f"{row.kernels.compile_s:.1f} s / {row.compile_warm_s:.2f} s"
+                     if row.kernels.compile_s is not None and row.compile_warm_s is not None else "-")
+        out.append([row.case, _cell(row.kernels), _cell(row.call),
+                    *(_cell(row.baselines.get(name, Measured(failure="not run"))) for name in baselines),
+                    _ratio(row.speedup(row.kernels)), _ratio(row.speedup(row.call)),
+                    f"{floor:.0%}" if floor is not None else "-", str(row.kernel_count or "-"), compile_s,
+                    f"{row.kernels.error:.1e}" if row.kernels.error is not None else "-"])
+    return out
+
+
+def format_text(cells: list[list[str]]) -> str:
+    widths = [max(len(r[c]) for r in cells) for c in range(len(cells[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def summary(rows: list[Row]) -> dict[str, Any]:
+    """Geometric means of the speedups over the best baseline, over the cases where both ran."""
+    kernels = [s for r in rows if (s := r.speedup(r.kernels)) is not None]
+    calls = [s for r in rows if (s := r.speedup(r.call)) is not None]
+    return {"geomean_kernels": geomean(kernels), "geomean_call": geomean(calls), "cases": len(rows),
+            "cases_compared": len(kernels), "cases_faster": sum(1 for s in kernels if s >= 1.0),
+            "tensorsmith_failures": [r.case for r in rows if r.kernels.failure is not None]}
+
+
+def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
+    """The run as a Markdown section: what ran where, the table, the geometric means, each failure and slow row."""
+    baselines = list(meta["baselines"])
+    cells = table_rows(rows, baselines)
+    s = summary(rows)
+    lines = [f"## `tensorsmith bench` ({meta['date']}, commit {meta['commit']})", "",
+             f"{meta['gpu']}, driver {meta['driver']}, torch {meta['torch']}, tensorsmith {meta['tensorsmith']}; "
+             f"device copy {meta['copy_tb_s']:.2f} TB/s, float16 matmul {meta['matmul_tflop_s']:.0f} TFLOP/s "
+             f"(each case's floor is its bytes at the one or its FLOPs at the other); search budget "
+             f"{meta['budget_s']:g} s a case; command: `{meta['command']}`.", "",
+             "Times are CUDA-event medians, L2 flushed before every run, all columns of a case timed in turns in one "
+             "process on the same inputs (weights N(0, 1/fan_in), activations N(0, 1)). *kernels*: tensorsmith's "
+             "launches queued behind a sleeping kernel, so the GPU's time alone; *call*: `prog(**torch_tensors)` as a "
+             "PyTorch user calls it; baselines as their callers call them. *x best*: the best baseline's time over "
+             "ours. *of floor*: the floor over our kernels' time. *error*: relative L2 error of our output against "
+             "the PyTorch reference run in float32.", "",
+             "| " + " | ".join(cells[0]) + " |", "|" + " --- |" * len(cells[0])]
+    lines += ["| " + " | ".join(c) + " |" for c in cells[1:]]
+    lines += ["", f"Geometric mean of the speedup over the best baseline: kernels {_ratio(s['geomean_kernels'])}, "
+                  f"call {_ratio(s['geomean_call'])}, over the {s['cases_compared']} of {s['cases']} cases where "
+                  f"both ran; tensorsmith faster on {s['cases_faster']}.", ""]
+    problems = []
+    for row in rows:
+        failures = [(label, m) for label, m in [("tensorsmith", row.kernels), ("call", row.call),
+                                                *row.baselines.items()] if m.failure]
+        for label, m in failures:
+            problems.append(f"- **{row.case}**, {label}: {m.failure}")
+        if (reason := row.why_slower()):
+            best = row.best_baseline()
+            problems.append(f"- **{row.case}** slower than {best[0] if best else '-'}: {reason}")
+    if problems:
+        lines += ["Failures, and where tensorsmith is slower than its best baseline (from its own kernel times):", "",
+                  *problems, ""]
+    return "\n".join(lines)
+
+
+def write_markdown(path: Path, section: str) -> None:
+    """Put `section` between the bench markers of `path`, keeping everything else; a new file gets a title."""
+    block = f"{SECTION_BEGIN}\n{section.rstrip()}\n{SECTION_END}\n"
+    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    if SECTION_BEGIN in text and SECTION_END in text:
+        before, rest = text.split(SECTION_BEGIN, 1)
+        after = rest.split(SECTION_END, 1)[1].lstrip("\n")
+        text = before + block + ("\n" + after if after else "")
+    else:
+        head, newline, tail = text.partition("\n")
+        text = head + newline + "\n" + block + ("\n" + tail.lstrip("\n") if tail.strip() else "")
+    _write_atomic(path, text)
+
+
+def to_json(meta: dict[str, Any], rows: list[Row]) -> str:
+    return json.dumps({"format": RESULTS_FORMAT, "meta": meta, "summary": summary(rows),
+                       "rows": [asdict(r) for r in rows]}, indent=1) + "\n"
+
+
+def from_json(text: str) -> tuple[dict[str, Any], list[Row]]:
+    """The meta and rows of a results file written by `to_json`."""
+    doc = json.loads(text)
+    if doc.get("format") != RESULTS_FORMAT:
+        raise ValueError(f"results format {doc.get('format')!r}, expected {RESULTS_FORMAT}")
+    rows = []
+    for r in doc["rows"]:
+        r = dict(r)
+        r["kernels"], r["call"] = Measured(**r["kernels"]), Measured(**r["call"])
+        r["kernel_times"] = [KernelTime(**k) for k in r["kernel_times"]]
+        r["baselines"] = {name: Measured(**m) for name, m in r["baselines"].items()}
+        rows.append(Row(**r))
+    return doc["meta"], rows
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file beside it, so that a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def write_results(markdown_path: Path, meta: dict[str, Any], rows: list[Row]) -> Path:
+    """BENCHMARKS.md's section and, beside it, the JSON of every number (<stem>.json); returns the JSON's path."""
+    json_path = markdown_path.with_suffix(".json")
+    _write_atomic(json_path, to_json(meta, rows))
+    write_markdown(markdown_path, markdown(meta, rows))
+    return json_path
