@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import subprocess
 import time
+import types
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -41,7 +42,13 @@ def make_baseline(torch: Any, name: str, fn: Callable[..., Any]) -> Callable[...
     if name == "eager":
         return fn
     mode = None if name == "compile" else name
-    return torch.compile(fn, mode=mode, dynamic=False)
+    return torch.compile(_own_code(fn), mode=mode, dynamic=False)
+
+
+def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` with a code object of its own: dynamo keeps compiled code per code object, so that two modes compiling
+    one reference would otherwise share a cache."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
 def draw_inputs(torch: Any, case: Case, seed: int) -> dict[str, Any]:
@@ -99,10 +106,23 @@ class Harness:
                 "budget_s": self.budget_s, "baselines": list(self.baselines), "seed": self.seed, "command": command}
 
     def run(self, case: Case, index: int) -> Row:
-        torch = self.torch
+        """The case measured; whatever fails (even the reference) is said on its row."""
         floor_memory, floor_matmul = case.bytes_moved() / self.copy_rate, case.matmul_flops() / self.matmul_rate
         row = Row(case.name, case.family, max(floor_memory, floor_matmul) * 1e3,
                   "memory" if floor_memory >= floor_matmul else "matmul", note=case.note)
+        try:
+            self._measure(case, index, row)
+        except Exception as err:
+            failure = f"the harness failed: {one_line(err)}"
+            for measured in (row.kernels, row.call, *row.baselines.values()):
+                if measured.ms is None and measured.failure is None:
+                    measured.failure = failure
+        finally:
+            self.torch.cuda.empty_cache()
+        return row
+
+    def _measure(self, case: Case, index: int, row: Row) -> None:
+        torch = self.torch
         torch._dynamo.reset()      # each case compiles afresh, with static shapes
         tensors = draw_inputs(torch, case, self.seed + index)
         truth = as_outputs(case, case.reference(**{k: v.float() if v.is_floating_point() else v
@@ -119,8 +139,6 @@ class Harness:
                 times = timing.time_runs(torch, runs, queued=frozenset({"kernels"}))
                 for name, ms in times.items():
                     self._measured(row, name).ms = ms
-        torch.cuda.empty_cache()
-        return row
 
     def _measured(self, row: Row, name: str) -> Measured:
         return {"kernels": row.kernels, "call": row.call}.get(name) or row.baselines[name]

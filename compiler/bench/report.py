@@ -12,6 +12,7 @@ from typing import Any
 SECTION_BEGIN = "<!-- tensorsmith bench: begin (written by `tensorsmith bench -o`; edits inside are replaced) -->"
 SECTION_END = "<!-- tensorsmith bench: end -->"
 RESULTS_FORMAT = 1
+NOT_RUN = "not run"
 
 
 @dataclass
@@ -92,6 +93,8 @@ def _ratio(value: float | None) -> str:
 
 
 def _cell(m: Measured) -> str:
+    if m.failure == NOT_RUN:
+        return NOT_RUN
     if m.failure is not None:
         return f"WRONG ({m.error:.2g})" if m.error is not None else "FAILED"
     return _us(m.ms)
@@ -110,7 +113,7 @@ def table_rows(rows: list[Row], baselines: list[str]) -> list[list[str]]:
         compile_s = (f"{row.kernels.compile_s:.1f} s / {row.compile_warm_s:.2f} s"
                      if row.kernels.compile_s is not None and row.compile_warm_s is not None else "-")
         out.append([row.case, _cell(row.kernels), _cell(row.call),
-                    *(_cell(row.baselines.get(name, Measured(failure="not run"))) for name in baselines),
+                    *(_cell(row.baselines.get(name, Measured(failure=NOT_RUN))) for name in baselines),
                     _ratio(row.speedup(row.kernels)), _ratio(row.speedup(row.call)),
                     f"{floor:.0%}" if floor is not None else "-", str(row.kernel_count or "-"), compile_s,
                     f"{row.kernels.error:.1e}" if row.kernels.error is not None else "-"])
@@ -155,7 +158,8 @@ def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
     problems = []
     for row in rows:
         failures = [(label, m) for label, m in [("tensorsmith", row.kernels), ("call", row.call),
-                                                *row.baselines.items()] if m.failure]
+                                                *row.baselines.items()]
+                    if m.failure and not (label == "call" and m.failure == row.kernels.failure)]
         for label, m in failures:
             problems.append(f"- **{row.case}**, {label}: {m.failure}")
         if (reason := row.why_slower()):
