@@ -117,8 +117,7 @@ class Harness:
             for measured in (row.kernels, row.call, *row.baselines.values()):
                 if measured.ms is None and measured.failure is None:
                     measured.failure = failure
-        finally:
-            self.torch.cuda.empty_cache()
+        self.torch.cuda.empty_cache()
         return row
 
     def _measure(self, case: Case, index: int, row: Row) -> None:
@@ -156,6 +155,8 @@ class Harness:
             row.kernels.failure = row.call.failure = one_line(err)
             return None
         row.kernel_count = len(program.kernels)
+        row.compile_stages = {name: round(seconds, 2) for name, seconds in
+                              program.report.get("stage_seconds", {}).items()}
         row.kernel_times = [KernelTime(k.name, k.archetype, k.measured_ms) for k in program.kernels]
         return program
 
@@ -174,7 +175,8 @@ class Harness:
             row.kernels.failure = row.call.failure = (f"output differs from PyTorch's: relative L2 error {worst:.3g}"
                                                       f" > {limit:g}")
             return
-        runs["kernels"], runs["call"] = session.run_all, lambda: program(**tensors)
+        # the session writes into `outputs`: the closure keeps them alive for as long as it is timed
+        runs["kernels"], runs["call"] = lambda: (session.run_all(), outputs), lambda: program(**tensors)
 
     def _check_baseline(self, name: str, case: Case, tensors: dict[str, Any], truth: dict[str, Any], limit: float,
                         row: Row, runs: dict[str, Callable[[], object]]) -> None:

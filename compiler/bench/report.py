@@ -44,6 +44,7 @@ class Row:
     call: Measured = field(default_factory=Measured)
     kernel_count: int | None = None
     compile_warm_s: float | None = None
+    compile_stages: dict[str, float] = field(default_factory=dict)   # the cold compile's seconds per stage
     kernel_times: list[KernelTime] = field(default_factory=list)
     baselines: dict[str, Measured] = field(default_factory=dict)
     note: str = ""
