@@ -73,7 +73,7 @@ def _run(torch, cases, baselines: list[str], args: argparse.Namespace, output: P
     log = lambda text: print(text, file=sys.stderr, flush=True)   # noqa: E731
     log("measuring the GPU's copy bandwidth and matmul rate ...")
     harness = Harness(torch, baselines, args.budget, args.seed)
-    meta = harness.meta("tensorsmith bench " + shlex.join(argv), args.commit or commit())
+    meta = harness.meta("tensorsmith " + shlex.join(argv), args.commit or commit())
     log(f"{meta['gpu']}: copy {meta['copy_tb_s']:.2f} TB/s, float16 matmul {meta['matmul_tflop_s']:.0f} TFLOP/s; "
         f"{len(cases)} cases, baselines {', '.join(baselines)}")
     rows: list[Row] = []
@@ -109,6 +109,8 @@ def _from_json(args: argparse.Namespace) -> int:
         meta = meta or run_meta
         if run_meta.get("commit") != meta.get("commit"):
             meta = {**meta, "commit": f"{meta['commit']}, {run_meta.get('commit')}"}
+        if str(run_meta.get("budget_s")) not in str(meta["budget_s"]).split(", "):
+            meta = {**meta, "budget_s": f"{meta['budget_s']}, {run_meta.get('budget_s')}"}
         if run_meta.get("command") not in meta["command"]:
             meta = {**meta, "command": f"{meta['command']}` then `{run_meta.get('command')}"}
         rows.extend(run_rows)

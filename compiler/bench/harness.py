@@ -157,7 +157,7 @@ class Harness:
         row.kernel_count = len(program.kernels)
         row.compile_stages = {name: round(seconds, 2) for name, seconds in
                               program.report.get("stage_seconds", {}).items()}
-        row.kernel_times = [KernelTime(k.name, k.archetype, k.measured_ms) for k in program.kernels]
+        row.kernel_times = [KernelTime(k.name, k.archetype, k.measured_ms, dict(k.schedule)) for k in program.kernels]
         return program
 
     def _check_ours(self, program: Program, tensors: dict[str, Any], truth: dict[str, Any], limit: float, row: Row,

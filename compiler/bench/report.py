@@ -27,9 +27,12 @@ class Measured:
 
 @dataclass
 class KernelTime:
+    """One of tensorsmith's kernels as the compile measured it alone."""
+
     name: str
     archetype: str
     ms: float | None
+    schedule: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -66,17 +69,21 @@ class Row:
         return self.floor_ms / self.kernels.ms if self.kernels.ms and self.kernels.failure is None else None
 
     def why_slower(self) -> str:
-        """Where tensorsmith's kernels lose to the best baseline, from its own measurements: the slowest kernel."""
+        """Where tensorsmith's kernels lose to the best baseline, from its own measurements: the kernel that takes
+        the most time, and how far the program is from its floor."""
         speedup = self.speedup(self.kernels)
         if speedup is None or speedup >= 1.0:
             return ""
+        floor = f"{self.of_floor():.0%} of its {self.floor_bound} floor"
         timed = [k for k in self.kernel_times if k.ms is not None]
         if not timed:
-            return f"{self.kernel_count} kernels, none timed alone"
+            return f"{self.kernel_count} kernels, none timed alone; {floor}"
         slowest = max(timed, key=lambda k: k.ms or 0.0)
+        if len(timed) == 1:
+            return f"its one kernel ({slowest.archetype}) runs at {floor}"
         share = (slowest.ms or 0.0) / sum(k.ms or 0.0 for k in timed)
-        return (f"{len(timed)} kernel{'s' if len(timed) != 1 else ''}; slowest {slowest.name} ({slowest.archetype}) "
-                f"{_us(slowest.ms)}, {share:.0%} of their sum")
+        return (f"{len(timed)} kernels at {floor}; {slowest.name} ({slowest.archetype}) takes {_us(slowest.ms)}, "
+                f"{share:.0%} of their sum")
 
 
 def geomean(values: list[float]) -> float | None:
@@ -143,8 +150,8 @@ def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
     lines = [f"## `tensorsmith bench` ({meta['date']}, commit {meta['commit']})", "",
              f"{meta['gpu']}, driver {meta['driver']}, torch {meta['torch']}, tensorsmith {meta['tensorsmith']}; "
              f"device copy {meta['copy_tb_s']:.2f} TB/s, float16 matmul {meta['matmul_tflop_s']:.0f} TFLOP/s "
-             f"(each case's floor is its bytes at the one or its FLOPs at the other); search budget "
-             f"{meta['budget_s']:g} s a case; command: `{meta['command']}`.", "",
+             f"(each case's floor is its bytes at the one or its FLOPs at the other, at the rates its own run measured); search budget "
+             f"{meta['budget_s']} s a case; command: `{meta['command']}`.", "",
              "Times are CUDA-event medians, L2 flushed before every run, all columns of a case timed in turns in one "
              "process on the same inputs (weights N(0, 1/fan_in), activations N(0, 1)). *kernels*: tensorsmith's "
              "launches queued behind a sleeping kernel, so the GPU's time alone; *call*: `prog(**torch_tensors)` as a "

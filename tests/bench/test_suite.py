@@ -64,8 +64,6 @@ def test_a_case_with_a_std_for_an_unknown_input_is_refused() -> None:
 
 # ---- each graph against its PyTorch reference, in the reference interpreter, where torch is installed -----
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed: the references cannot run")
-
 # The reference interpreter computes in float64 on the CPU; the largest cases take minutes there, so they are
 # checked through the same builders at smaller sizes where the builder takes one (same code, fewer rows).
 SMALL = {"gated_mlp_2048": ("fused", "gated_mlp", 64), "gated_mlp_128": ("fused", "gated_mlp", 8),
@@ -97,6 +95,7 @@ CHECKED = [c for c in CASES if _cost(c) <= FULL_SIZE_LIMIT and c.name not in SMA
 
 @pytest.mark.parametrize("case", CHECKED, ids=[c.name for c in CHECKED])
 def test_the_graph_computes_what_its_pytorch_reference_computes(case: Case) -> None:
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: the references cannot run")
     inputs = _inputs(case, np.random.default_rng(0))
     ours = ts.evaluate(case.graph, inputs)
     with torch.no_grad():

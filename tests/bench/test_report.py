@@ -1,0 +1,92 @@
+"""The bench's report: speedups over the best baseline that ran right, the floor, the reasons for slow rows,
+the Markdown section written between its markers without touching the rest, and the JSON read back."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tensorsmith.bench.report import (SECTION_BEGIN, SECTION_END, KernelTime, Measured, Row, from_json, markdown,
+                                      summary, table_rows, to_json, write_markdown, write_results)
+
+META = {"date": "2026-12-01", "commit": "abc1234", "gpu": "NVIDIA H200", "driver": "580", "torch": "2.11",
+        "tensorsmith": "0.1.0", "copy_tb_s": 4.2, "matmul_tflop_s": 760.0, "budget_s": 5.0,
+        "baselines": ["eager", "compile"], "command": "tensorsmith bench"}
+
+
+def _rows() -> list[Row]:
+    fast = Row("fast", "memory-bound", 0.06, "memory", Measured(0.07, 30.0, 2e-4), Measured(0.13, None, 2e-4), 1,
+               0.01, {"search": 20.0}, [KernelTime("fast_y", "row_reduce", 0.07)],
+               {"eager": Measured(0.26, 0.0, 1e-4), "compile": Measured(0.14, 3.0, 1e-4)})
+    slow = Row("slow", "fused", 0.01, "matmul", Measured(0.8, 15.0, 4e-4), Measured(1.4, None, 4e-4), 2, 0.01, {},
+               [KernelTime("slow_up", "matmul", 0.06), KernelTime("slow_y", "matmul", 0.74)],
+               {"eager": Measured(0.08, 0.0, 1e-4), "compile": Measured(None, None, 0.5, "output differs")})
+    failed = Row("failed", "block", 0.5, "matmul", Measured(failure="VerificationError: no candidate passed"),
+                 Measured(failure="VerificationError: no candidate passed"),
+                 baselines={"eager": Measured(2.3, 0.0, 1e-4), "compile": Measured(failure="RuntimeError: boom")})
+    return [fast, slow, failed]
+
+
+def test_speedup_is_over_the_best_baseline_that_ran_right() -> None:
+    fast, slow, failed = _rows()
+    assert fast.best_baseline() == ("compile", 0.14)
+    assert fast.speedup(fast.kernels) == pytest.approx(2.0)
+    assert slow.best_baseline() == ("eager", 0.08)         # the wrong compile output does not count
+    assert slow.speedup(slow.kernels) == pytest.approx(0.1)
+    assert failed.speedup(failed.kernels) is None
+    assert fast.of_floor() == pytest.approx(0.06 / 0.07)
+
+
+def test_a_slow_row_is_explained_by_its_slowest_kernel_and_a_fast_one_is_not() -> None:
+    fast, slow, _ = _rows()
+    assert fast.why_slower() == ""
+    reason = slow.why_slower()
+    assert "slow_y (matmul)" in reason and "92% of their sum" in reason and "1% of its matmul floor" in reason
+
+
+def test_geometric_means_cover_only_the_cases_where_both_sides_ran() -> None:
+    s = summary(_rows())
+    assert s["geomean_kernels"] == pytest.approx(math.sqrt(2.0 * 0.1))
+    assert s["cases_compared"] == 2 and s["cases_faster"] == 1 and s["tensorsmith_failures"] == ["failed"]
+
+
+def test_the_table_marks_failures_wrong_outputs_and_missing_baselines() -> None:
+    cells = table_rows(_rows(), ["eager", "compile", "max-autotune"])
+    header = cells[0]
+    slow = dict(zip(header, cells[2]))
+    failed = dict(zip(header, cells[3]))
+    assert slow["compile"] == "WRONG (0.5)" and slow["max-autotune"] == "not run"
+    assert failed["kernels"] == "FAILED" and failed["eager"] == "2.30 ms"
+    assert slow["x best (kernels)"] == "0.10x" and slow["n"] == "2"
+
+
+def test_markdown_names_the_run_and_says_each_failure_and_slow_row() -> None:
+    text = markdown(META, _rows())
+    assert "commit abc1234" in text and "NVIDIA H200" in text and "torch 2.11" in text
+    assert "- **failed**, tensorsmith: VerificationError: no candidate passed" in text
+    assert "- **failed**, compile: RuntimeError: boom" in text
+    assert "- **slow** slower than eager:" in text
+    assert "call: VerificationError" not in text       # the call's failure is the compile's: said once
+    assert "**fast** slower" not in text
+
+
+def test_the_section_replaces_only_its_own_lines(tmp_path: Path) -> None:
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text("# Benchmarks\n\nKernel notes written by hand.\n")
+    write_markdown(path, "first run")
+    write_markdown(path, "second run")
+    text = path.read_text()
+    assert text.count(SECTION_BEGIN) == 1 and text.count(SECTION_END) == 1
+    assert "second run" in text and "first run" not in text
+    assert text.startswith("# Benchmarks\n") and text.rstrip().endswith("Kernel notes written by hand.")
+
+
+def test_results_round_trip_through_json(tmp_path: Path) -> None:
+    rows = _rows()
+    meta, back = from_json(to_json(META, rows))
+    assert back == rows and meta == META
+    json_path = write_results(tmp_path / "BENCHMARKS.md", META, rows)
+    assert json.loads(json_path.read_text())["summary"]["cases"] == 3
+    assert (tmp_path / "BENCHMARKS.md").exists()
