@@ -48,3 +48,41 @@ def test_a_remembered_draw_is_not_evaluated_again() -> None:
     assert first is not None and memo[0] is first and reference_draw(graph, 1, 0, memo=memo) is first
     inputs, reference = first
     assert set(inputs) == set(graph.inputs) and set(reference) == set(graph.outputs)
+
+
+def _swiglu_mlp(tokens: int = 128, width: int = 4096, hidden: int = 11008) -> ts.Graph:
+    """Llama-7B's MLP as users write it: weights (out, in), unscaled in the graph."""
+    from tensorsmith import nn
+    g = ts.Graph("swiglu_mlp")
+    x = g.input("x", (tokens, width), "float16")
+    w1, w3 = g.input("w1", (hidden, width), "float16"), g.input("w3", (hidden, width), "float16")
+    w2 = g.input("w2", (width, hidden), "float16")
+    g.output("y", nn.linear(nn.silu(nn.linear(x, w1)) * nn.linear(x, w3), w2))
+    return g
+
+
+def test_weight_matrices_are_drawn_at_fan_in_scale_and_activations_are_not() -> None:
+    from tensorsmith import nn
+    from tensorsmith.search.verify import weight_scales
+    assert weight_scales(_swiglu_mlp(8, 64, 256)) == pytest.approx({"w1": 64**-0.5, "w3": 64**-0.5, "w2": 256**-0.5})
+    g = ts.Graph("attention_and_two_products")
+    q, k, v = (g.input(name, (2, 16, 32), "float16") for name in "qkv")
+    x, w = g.input("x", (16, 32), "float16"), g.input("w", (32, 32), "float16")
+    g.output("a", nn.attention(q, k, v))             # k and v are activations, not weight matrices
+    g.output("y", (x @ w) @ w)
+    scales = weight_scales(g)
+    assert set(scales) == {"w"} and scales["w"] == pytest.approx(32**-0.5)
+    inputs = random_inputs(g, seed=3)
+    assert np.std(inputs["w"]) == pytest.approx(32**-0.5, rel=0.1) and np.std(inputs["x"]) == pytest.approx(1, rel=0.1)
+
+
+def test_a_realistic_float16_mlp_is_not_rejected_by_verification() -> None:
+    """With every input N(0, 1), this MLP's float16 product reached about 3e5 (float16 stops at 65504) while the
+    float64 reference did not, and every candidate failed verification (issue 17); at fan-in scale it compiles."""
+    graph = _swiglu_mlp()
+    inputs = random_inputs(graph, seed=0)
+    unscaled = {name: np.random.default_rng(0).standard_normal(a.shape).astype(np.float16) for name, a in inputs.items()}
+    assert np.abs(ts.evaluate(graph, unscaled)["y"]).max() > np.finfo(np.float16).max   # what used to be drawn
+    assert np.abs(ts.evaluate(graph, inputs)["y"]).max() < 100
+    program = ts.compile(graph, budget_s=5, profile=False, cache=False)
+    assert program.report["checks"] and all(c["relative_l2"] <= c["tolerance"] for c in program.report["checks"])
