@@ -100,27 +100,33 @@ def _run(torch, cases, baselines: list[str], args: argparse.Namespace, output: P
 
 
 def _from_json(args: argparse.Namespace) -> int:
-    meta, rows = None, []
+    """One report from several results files: rows in order, a case measured again taking its earlier row's place."""
+    meta: dict | None = None
+    rows: dict[str, Row] = {}
     for path in args.from_json:
         try:
             run_meta, run_rows = from_json(Path(path).read_text())
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise BenchError(f"{path} is not a results file of tensorsmith bench: {err}") from None
-        meta = meta or run_meta
-        if run_meta.get("commit") != meta.get("commit"):
-            meta = {**meta, "commit": f"{meta['commit']}, {run_meta.get('commit')}"}
-        if str(run_meta.get("budget_s")) not in str(meta["budget_s"]).split(", "):
-            meta = {**meta, "budget_s": f"{meta['budget_s']}, {run_meta.get('budget_s')}"}
-        if run_meta.get("command") not in meta["command"]:
-            meta = {**meta, "command": f"{meta['command']}` then `{run_meta.get('command')}"}
-        rows.extend(run_rows)
+        meta = dict(run_meta) if meta is None else _joined(meta, run_meta)
+        rows.update({row.case: row for row in run_rows})
     assert meta is not None
     if args.output:
-        write_results(Path(args.output), meta, rows)
+        write_results(Path(args.output), meta, list(rows.values()))
         print(f"wrote {args.output} and {Path(args.output).with_suffix('.json')}")
     else:
-        print(markdown(meta, rows))
+        print(markdown(meta, list(rows.values())))
     return 0
+
+
+def _joined(meta: dict, later: dict) -> dict:
+    """The meta of two runs as one: each commit, budget and command said once, in order."""
+    joined = dict(meta)
+    for key, separator in (("commit", ", "), ("budget_s", ", "), ("command", "` then `")):
+        said = str(joined[key]).split(separator)
+        if str(later.get(key)) not in said:
+            joined[key] = separator.join([*said, str(later.get(key))])
+    return joined
 
 
 def _fmt(value: float | None) -> str:
