@@ -4,12 +4,13 @@
 >>> g = ts.Graph("double"); x = g.input("x", (8,), "float32"); g.output("y", x * 2)
 >>> prog = ts.compile(g, target="sm90")
 """
-from tensorsmith.ir import (DType, DTypeError, Graph, GraphError, InputError, ShapeError, TargetError, Tensor,
-                            TensorsmithError, constant, evaluate, iota, nn)
+from tensorsmith.ir import (CompileError, DeviceError, DType, DTypeError, Graph, GraphError, InputError, OutputError,
+                            ShapeError, TargetError, Tensor, TensorsmithError, constant, evaluate, iota, nn)
 
 from .pipeline import VERSION as __version__
 from .pipeline import compile
 from .program import Program, load
 
-__all__ = ["DType", "DTypeError", "Graph", "GraphError", "InputError", "ShapeError", "TargetError", "Tensor",
-           "TensorsmithError", "constant", "evaluate", "iota", "nn", "compile", "Program", "load", "__version__"]
+__all__ = ["CompileError", "DeviceError", "DType", "DTypeError", "Graph", "GraphError", "InputError", "OutputError",
+           "ShapeError", "TargetError", "Tensor", "TensorsmithError", "constant", "evaluate", "iota", "nn", "compile",
+           "Program", "load", "__version__"]

@@ -45,7 +45,7 @@ class ProgramCache:
 
     def put(self, key: str, program: Program) -> None:
         """Store `program` under `key` (atomically: a reader sees the old entry or the whole new one)."""
-        program.save(self.root / key)
+        program.save(self.root / key, force=True)   # an entry is ours even when a damaged one is in the way
 
 
 def is_intact(folder: Path) -> bool:

@@ -8,7 +8,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence, cast
 
-from tensorsmith.ir.errors import TensorsmithError
+from tensorsmith.ir.errors import OutputError, TensorsmithError
 
 if TYPE_CHECKING:
     from tensorsmith.search.engine import SearchProgress
@@ -24,7 +24,9 @@ FAILURE = 1        # tensorsmith itself failed: a compile error, a wrong kernel,
 def _compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="a model.py defining a tensorsmith Graph (module level, or build() returning one)")
     parser.add_argument("--target", default="sm90", help=f"GPU to compile for: {', '.join(TARGETS)} (default sm90)")
-    parser.add_argument("-o", "--output", default="out", help="folder to write kernels/ and program.json to (default out/)")
+    parser.add_argument("-o", "--output", default="out", help="folder to write kernels/ and program.json to (default out/);"
+                        " an existing folder is replaced only if tensorsmith wrote it")
+    parser.add_argument("--force", action="store_true", help="let -o replace an existing folder tensorsmith did not write")
     parser.add_argument("--graph", help="which graph to compile when model.py defines several")
     parser.add_argument("--budget", type=float, default=60.0, metavar="SECONDS", help="search time budget (default 60)")
     parser.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same program")
@@ -115,6 +117,7 @@ def run_compile(args: argparse.Namespace) -> int:
     from .model_loader import load_graph
     from .pipeline import STAGES, compile
     get_target(args.target)                # an unknown target fails before any work
+    output = _output_for(args.output, args.model, args.force)   # and so does an -o that would destroy something
     graph = load_graph(args.model, args.graph)
     progress = Progress(len(STAGES), quiet=args.quiet)
     if not args.quiet and not args.no_profile and not gpu_available():
@@ -124,7 +127,7 @@ def run_compile(args: argparse.Namespace) -> int:
                       profile=False if args.no_profile else None, progress=progress,
                       cache=not args.no_cache, cache_dir=args.cache_dir)
     progress.done()
-    folder = program.save(args.output)
+    folder = program.save(output, force=args.force)
     if not args.quiet:
         print(format_table(program.describe()))
         if args.verbose:
@@ -133,6 +136,18 @@ def run_compile(args: argparse.Namespace) -> int:
         count = len(program.kernels)
         print(f"wrote {folder}/ ({count} kernel{'s' if count != 1 else ''}; open {folder / 'report.html'} for the report)")
     return 0
+
+
+def _output_for(output: str, model: str, force: bool) -> Path:
+    """The folder `-o` names, checked before the compile: never one that holds the model file (nor `.` or a
+    parent of it), and with --force only may a folder that tensorsmith did not write be replaced."""
+    from .program import output_folder
+    target = output_folder(output, force)
+    model_path = Path(model).expanduser().resolve()
+    if target == model_path or target in model_path.parents:
+        raise OutputError(f"-o {output} holds the model file {model}: saving there would delete it; choose another"
+                          f" folder")
+    return target
 
 
 class Progress:

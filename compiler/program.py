@@ -14,7 +14,7 @@ import numpy as np
 
 from tensorsmith.codegen.tensor_map import TensorMapSpec
 from tensorsmith.ir.dtypes import DType
-from tensorsmith.ir.errors import InputError, TensorsmithError
+from tensorsmith.ir.errors import InputError, OutputError, TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.interpreter import check_inputs
 from tensorsmith.ir.kernel_program import Buffer, KernelProgram
@@ -88,9 +88,12 @@ class Program:
         from .executor import run_on_gpu
         return run_on_gpu(self, arrays)
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write kernels/NN_name.cu and cubins, program.json, graph.json and report.html into `path`, atomically."""
-        target = Path(path)
+    def save(self, path: str | os.PathLike, force: bool = False) -> Path:
+        """Write kernels/NN_name.cu and cubins, program.json, graph.json and report.html into `path`, atomically.
+
+        `path` may be new, an empty folder or a folder tensorsmith wrote (it has the manifest); anything else
+        raises OutputError, unless `force` lets a folder be replaced (a file never is)."""
+        target = output_folder(path, force)
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
@@ -164,6 +167,19 @@ def load(path: str | os.PathLike) -> Program:
     return Program(doc["graph"], doc["target"], buffers, tuple(t["name"] for t in doc["inputs"]),
                    tuple(t["name"] for t in doc["outputs"]), kernels, graph, kernel_program, doc["seed"],
                    doc["compiler_version"], doc.get("report", {}))
+
+
+def output_folder(path: str | os.PathLike, force: bool = False) -> Path:
+    """`path`, resolved, if a program may be saved there (see `Program.save`); else OutputError saying what to do."""
+    target = Path(path).expanduser().resolve()
+    if not target.exists():
+        return target
+    if not target.is_dir():
+        raise OutputError(f"{path} is a file, not a folder: a program is saved as a folder; choose another path")
+    if (target / MANIFEST).is_file() or not any(target.iterdir()) or force:
+        return target
+    raise OutputError(f"{path} exists and is not a tensorsmith output folder (it has no {MANIFEST}); saving there would"
+                      f" delete what it holds. Choose a new folder, or pass --force (force=True) to replace it")
 
 
 def _replace_dir(staging: Path, target: Path) -> None:

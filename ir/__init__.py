@@ -1,8 +1,8 @@
 """tensorsmith.ir: the graph, its primitive ops, the nn library, the reference interpreter, KernelProgram."""
 from . import nn
 from .dtypes import DType
-from .errors import (CompileError, DeviceError, DTypeError, GraphError, InputError, ShapeError, TargetError,
-                     TensorsmithError)
+from .errors import (CompileError, DeviceError, DTypeError, GraphError, InputError, OutputError, ShapeError,
+                     TargetError, TensorsmithError)
 from .graph import Graph
 from .interpreter import evaluate
 from .node import Node
@@ -10,4 +10,5 @@ from .ops import Op
 from .tensor import Tensor, constant, iota
 
 __all__ = ["nn", "DType", "Graph", "Node", "Op", "Tensor", "constant", "iota", "evaluate", "TensorsmithError",
-           "ShapeError", "DTypeError", "GraphError", "InputError", "TargetError", "CompileError", "DeviceError"]
+           "ShapeError", "DTypeError", "GraphError", "InputError", "TargetError", "CompileError", "DeviceError",
+           "OutputError"]

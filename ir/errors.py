@@ -35,6 +35,10 @@ class TargetError(TensorsmithError, ValueError):
     """An unknown compilation target."""
 
 
+class OutputError(TensorsmithError, ValueError):
+    """A program cannot be saved where asked without destroying something that is not a tensorsmith output."""
+
+
 class CompileError(TensorsmithError, RuntimeError):
     """Generated CUDA failed to compile: a compiler bug, reported with the source saved."""
 

@@ -188,3 +188,70 @@ def test_inspect_names_the_rewrites_that_fired(tmp_path: Path, capsys: pytest.Ca
     assert main(["compile", str(ROOT / "examples" / "layernorm.py"), "-o", str(out), "--no-profile", "-q"]) == 0
     assert main(["inspect", str(out)]) == 0
     assert "rewrites that fired while saturating: " in capsys.readouterr().out
+
+
+# ---- -o never destroys what tensorsmith did not write (issue 18, item 1) ------------------------------------
+
+def _rmsnorm_model(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    model = folder / "rmsnorm.py"
+    shutil.copy(ROOT / "examples" / "rmsnorm.py", model)
+    return model
+
+
+def test_output_refuses_a_folder_tensorsmith_did_not_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = _rmsnorm_model(tmp_path / "project")
+    theirs = tmp_path / "src"
+    (theirs / "deep").mkdir(parents=True)
+    (theirs / "deep" / "notes.txt").write_text("mine")
+    assert main(["compile", str(model), "-o", str(theirs), "--no-profile", "-q"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "is not a tensorsmith output folder" in error[0] and "--force" in error[0]
+    assert (theirs / "deep" / "notes.txt").read_text() == "mine"
+    assert main(["compile", str(model), "-o", str(theirs), "--no-profile", "-q", "--force"]) == 0
+    assert (theirs / "manifest.json").is_file() and not (theirs / "deep").exists()
+
+
+def test_output_replaces_its_own_folder_and_fills_an_empty_one(tmp_path: Path) -> None:
+    model = _rmsnorm_model(tmp_path / "project")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["compile", str(model), "-o", str(empty), "--no-profile", "-q"]) == 0
+    assert main(["compile", str(model), "-o", str(empty), "--no-profile", "-q"]) == 0   # ours now: replaced
+    assert (empty / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("where", ["model file", "its folder", "parent", "dot"])
+def test_output_never_replaces_the_model_or_a_folder_holding_it(where: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    model = _rmsnorm_model(tmp_path / "project" / "models")
+    monkeypatch.chdir(model.parent)
+    output = {"model file": str(model), "its folder": str(model.parent), "parent": "..", "dot": "."}[where]
+    assert main(["compile", "rmsnorm.py", "-o", output, "--no-profile", "-q", "--force"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith("error: ")
+    assert model.read_text() == (ROOT / "examples" / "rmsnorm.py").read_text()
+    assert sorted(p.name for p in model.parent.iterdir()) == ["rmsnorm.py"]
+
+
+def test_program_save_from_python_refuses_too(tmp_path: Path) -> None:
+    import tensorsmith as ts
+    from tensorsmith.ir.errors import OutputError
+    from tensorsmith.model_loader import load_graph
+    program = ts.compile(load_graph(ROOT / "examples" / "rmsnorm.py"), profile=False)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "data.csv").write_text("1,2")
+    with pytest.raises(OutputError, match="not a tensorsmith output folder"):
+        program.save(kept)
+    assert (kept / "data.csv").read_text() == "1,2"
+    with pytest.raises(OutputError, match="is a file"):
+        program.save(kept / "data.csv", force=True)
+    assert (kept / "data.csv").read_text() == "1,2"
+
+
+def test_the_errors_users_catch_are_exported() -> None:
+    import tensorsmith as ts
+    for name in ("DeviceError", "CompileError", "OutputError", "InputError", "ShapeError"):
+        assert issubclass(getattr(ts, name), ts.TensorsmithError)

@@ -40,9 +40,10 @@ def test_save_writes_kernels_cubins_and_program_json(tmp_path: Path) -> None:
 
 
 def test_save_replaces_an_older_folder_whole(tmp_path: Path) -> None:
-    (tmp_path / "out" / "kernels").mkdir(parents=True)
+    program = ts.compile(CASES["views"](), profile=False)
+    program.save(tmp_path / "out")                      # a folder tensorsmith wrote (it has the manifest)
     (tmp_path / "out" / "kernels" / "stale.cu").write_text("old")
-    ts.compile(CASES["views"](), profile=False).save(tmp_path / "out")
+    program.save(tmp_path / "out")
     assert not (tmp_path / "out" / "kernels" / "stale.cu").exists()
 
 
