@@ -83,7 +83,7 @@ class Tensor:
     def __rmatmul__(self, other: "Tensor") -> "Tensor":
         return matmul(other, self)
 
-    # comparisons (bool results; == is left as identity so tensors stay hashable) -------------
+    # comparisons (bool results; hashing stays by identity, so tensors can still key a dict) -----
     def __lt__(self, other: TensorLike) -> "Tensor":
         return _binary(Op.LESS_THAN, self, other)
 
@@ -95,6 +95,12 @@ class Tensor:
 
     def __ge__(self, other: TensorLike) -> "Tensor":
         return logical_not(_binary(Op.LESS_THAN, self, other))
+
+    def __eq__(self, other: object) -> "Tensor":  # type: ignore[override]
+        return equal(self, other)  # type: ignore[arg-type]
+
+    def __ne__(self, other: object) -> "Tensor":  # type: ignore[override]
+        return logical_not(equal(self, other))  # type: ignore[arg-type]
 
     __hash__ = object.__hash__
 
@@ -228,6 +234,27 @@ def _binary(op: Op, a: TensorLike, b: TensorLike) -> Tensor:
 def logical_not(x: Tensor) -> Tensor:
     """not x for a bool tensor, as x < True (only False is less than True)."""
     return _binary(Op.LESS_THAN, x, True)
+
+
+def logical_and(x: Tensor, y: Tensor) -> Tensor:
+    """x and y for bool tensors, as (not x) < y: only False < True holds, so both must be true."""
+    return _binary(Op.LESS_THAN, logical_not(x), y)
+
+
+def equal(a: TensorLike, b: TensorLike) -> Tensor:
+    """a == b elementwise, as IEEE says: neither is less than the other and neither is NaN (so NaN != NaN)."""
+    a_t = a if isinstance(a, Tensor) else as_tensor(a, like=b)  # type: ignore[arg-type]
+    b_t = as_tensor(b, like=a_t)
+    unordered = logical_and(logical_not(a_t < b_t), logical_not(b_t < a_t))
+    if not (a_t.dtype.is_float or b_t.dtype.is_float):
+        return unordered
+    return logical_and(unordered, logical_and(_not_nan(a_t), _not_nan(b_t)))
+
+
+def _not_nan(x: Tensor) -> Tensor:
+    """x is a number: below +inf or above -inf (NaN is neither; each infinity is one of them)."""
+    below, above = _binary(Op.LESS_THAN, x, math.inf), _binary(Op.LESS_THAN, -math.inf, x)
+    return logical_not(logical_and(logical_not(below), logical_not(above)))
 
 
 def maximum(a: TensorLike, b: TensorLike) -> Tensor:

@@ -2,7 +2,7 @@
 code does), and single-query multi-head decode."""
 import tensorsmith as ts
 from tensorsmith import nn
-from tensorsmith.bench import Case
+from tensorsmith.bench import Case, causal_attention_flops
 
 try:
     import torch.nn.functional as F
@@ -51,7 +51,7 @@ def torch_decode_gqa(q, k, v):
 batch, heads, tokens = PREFILL
 CASES = [
     Case(prefill_causal(), lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), "attention",
-         flops=2 * batch * heads * tokens * (tokens + 1) * HEAD_DIM, note="FLOPs of the unmasked half"),
+         flops=causal_attention_flops(batch, heads, tokens, HEAD_DIM), note="FLOPs of the unmasked half"),
     Case(decode(DECODE_KV_HEADS), torch_decode_gqa, "attention"),
     Case(decode(DECODE_HEADS), lambda q, k, v: F.scaled_dot_product_attention(q, k, v), "attention"),
 ]

@@ -3,7 +3,7 @@ projection, residuals, SwiGLU MLP; width 2048, 16 heads, FFN 5632) at 2048 token
 (decode-like), and a GPT-2 block (LayerNorm, fused QKV with bias, GELU MLP) over 4 sequences of 1024 tokens."""
 import tensorsmith as ts
 from tensorsmith import nn
-from tensorsmith.bench import Case, fan_in_std
+from tensorsmith.bench import Case, causal_attention_flops
 
 try:
     import torch
@@ -14,6 +14,8 @@ except ImportError:   # the graphs build without torch; only the references need
 WIDTH, HEADS, FFN = 2048, 16, 5632
 HEAD_DIM = WIDTH // HEADS
 ROPE_BASE = 10000.0
+RMS_EPS, LAYER_NORM_EPS = 1e-6, 1e-5
+BIAS_STD = 0.02                    # biases drawn N(0, 0.02^2), as GPT-2's initialiser draws its weights
 GPT2_BATCH, GPT2_TOKENS, GPT2_WIDTH, GPT2_HEADS = 4, 1024, 768, 12
 
 
@@ -28,12 +30,12 @@ def llama_block(tokens: int) -> ts.Graph:
     def heads(t: ts.Tensor) -> ts.Tensor:
         return t.reshape(tokens, HEADS, HEAD_DIM).permute(1, 0, 2)
 
-    h = nn.rms_norm(x, attn_norm, eps=1e-6)
+    h = nn.rms_norm(x, attn_norm, eps=RMS_EPS)
     q, k, v = heads(nn.linear(h, wq)), heads(nn.linear(h, wk)), heads(nn.linear(h, wv))
     q, k = nn.rope(q, ROPE_BASE), nn.rope(k, ROPE_BASE)
     attended = nn.attention(q, k, v, causal=True).permute(1, 0, 2).reshape(tokens, WIDTH)
     x = x + nn.linear(attended, wo)
-    h = nn.rms_norm(x, ffn_norm, eps=1e-6)
+    h = nn.rms_norm(x, ffn_norm, eps=RMS_EPS)
     g.output("y", x + nn.linear(nn.silu(nn.linear(h, w_gate)) * nn.linear(h, w_up), w_down))
     return g
 
@@ -51,11 +53,11 @@ def torch_rope(t):
 
 def torch_llama_block(x, attn_norm, ffn_norm, wq, wk, wv, wo, w_gate, w_up, w_down):
     tokens = x.shape[0]
-    h = F.rms_norm(x, (WIDTH,), attn_norm, eps=1e-6)
+    h = F.rms_norm(x, (WIDTH,), attn_norm, eps=RMS_EPS)
     q, k, v = (F.linear(h, w).view(tokens, HEADS, HEAD_DIM).transpose(0, 1) for w in (wq, wk, wv))
     attended = F.scaled_dot_product_attention(torch_rope(q), torch_rope(k), v, is_causal=True)
     x = x + F.linear(attended.transpose(0, 1).reshape(tokens, WIDTH), wo)
-    h = F.rms_norm(x, (WIDTH,), ffn_norm, eps=1e-6)
+    h = F.rms_norm(x, (WIDTH,), ffn_norm, eps=RMS_EPS)
     return x + F.linear(F.silu(F.linear(h, w_gate)) * F.linear(h, w_up), w_down)
 
 
@@ -72,47 +74,38 @@ def gpt2_block(tokens: int = GPT2_TOKENS) -> ts.Graph:
     def split_heads(t: ts.Tensor) -> ts.Tensor:
         return t.reshape(batch, tokens, heads, width // heads).permute(0, 2, 1, 3)
 
-    qkv = nn.linear(nn.layer_norm(x, ln1_w, ln1_b), w_qkv, b_qkv)
+    qkv = nn.linear(nn.layer_norm(x, ln1_w, ln1_b, eps=LAYER_NORM_EPS), w_qkv, b_qkv)
     q, k, v = (split_heads(qkv[:, i * width:(i + 1) * width]) for i in range(3))
     attended = nn.attention(q, k, v, causal=True).permute(0, 2, 1, 3).reshape(batch * tokens, width)
     x = x + nn.linear(attended, w_o, b_o)
-    g.output("y", x + nn.linear(nn.gelu(nn.linear(nn.layer_norm(x, ln2_w, ln2_b), w_fc, b_fc)), w_proj, b_proj))
+    h = nn.gelu(nn.linear(nn.layer_norm(x, ln2_w, ln2_b, eps=LAYER_NORM_EPS), w_fc, b_fc))
+    g.output("y", x + nn.linear(h, w_proj, b_proj))
     return g
 
 
 def torch_gpt2_block(x, ln1_w, ln1_b, ln2_w, ln2_b, w_qkv, b_qkv, w_o, b_o, w_fc, b_fc, w_proj, b_proj):
     batch, width, heads = GPT2_BATCH, GPT2_WIDTH, GPT2_HEADS
     tokens = x.shape[0] // batch
-    qkv = F.linear(F.layer_norm(x, (width,), ln1_w, ln1_b), w_qkv, b_qkv)
+    qkv = F.linear(F.layer_norm(x, (width,), ln1_w, ln1_b, eps=LAYER_NORM_EPS), w_qkv, b_qkv)
     q, k, v = (t.view(batch, tokens, heads, width // heads).transpose(1, 2) for t in qkv.split(width, dim=-1))
     attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     x = x + F.linear(attended.transpose(1, 2).reshape(batch * tokens, width), w_o, b_o)
-    h = F.gelu(F.linear(F.layer_norm(x, (width,), ln2_w, ln2_b), w_fc, b_fc), approximate="tanh")
+    h = F.gelu(F.linear(F.layer_norm(x, (width,), ln2_w, ln2_b, eps=LAYER_NORM_EPS), w_fc, b_fc), approximate="tanh")
     return x + F.linear(h, w_proj, b_proj)
-
-
-LLAMA_STD = {**{name: fan_in_std(WIDTH) for name in ("wq", "wk", "wv", "wo", "w_gate", "w_up")},
-             "w_down": fan_in_std(FFN)}
-GPT2_STD = {"w_qkv": fan_in_std(GPT2_WIDTH), "w_o": fan_in_std(GPT2_WIDTH), "w_fc": fan_in_std(GPT2_WIDTH),
-            "w_proj": fan_in_std(4 * GPT2_WIDTH), **{b: 0.02 for b in ("b_qkv", "b_o", "b_fc", "b_proj")}}
-
-
-def _causal_flops(tokens: int, batch: int, heads: int, head_dim: int) -> float:
-    """The attention FLOPs left to do under a causal mask: the unmasked half of the scores and of P V."""
-    return 2.0 * batch * heads * tokens * (tokens + 1) * head_dim
 
 
 def _llama_flops(tokens: int) -> float:
     projections = 2.0 * tokens * WIDTH * (4 * WIDTH + 3 * FFN)
-    return projections + _causal_flops(tokens, 1, HEADS, HEAD_DIM)
+    return projections + causal_attention_flops(1, HEADS, tokens, HEAD_DIM)
 
 
 GPT2_FLOPS = (2.0 * GPT2_BATCH * GPT2_TOKENS * GPT2_WIDTH * 12 * GPT2_WIDTH
-              + _causal_flops(GPT2_TOKENS, GPT2_BATCH, GPT2_HEADS, GPT2_WIDTH // GPT2_HEADS))
+              + causal_attention_flops(GPT2_BATCH, GPT2_HEADS, GPT2_TOKENS, GPT2_WIDTH // GPT2_HEADS))
 
 CASES = [
-    *(Case(llama_block(tokens), torch_llama_block, "block", std=LLAMA_STD, flops=_llama_flops(tokens),
+    *(Case(llama_block(tokens), torch_llama_block, "block", flops=_llama_flops(tokens),
            note="FLOPs: attention counted over the unmasked half") for tokens in (2048, 128, 16)),
-    Case(gpt2_block(), torch_gpt2_block, "block", std=GPT2_STD, flops=GPT2_FLOPS,
+    Case(gpt2_block(), torch_gpt2_block, "block", std={b: BIAS_STD for b in ("b_qkv", "b_o", "b_fc", "b_proj")},
+         flops=GPT2_FLOPS,
          note="FLOPs: attention counted over the unmasked half"),
 ]

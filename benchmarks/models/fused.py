@@ -2,7 +2,8 @@
 a LoRA adapter beside its frozen weight, and GPT-2's MLP with its biases and GELU."""
 import tensorsmith as ts
 from tensorsmith import nn
-from tensorsmith.bench import Case, fan_in_std
+from tensorsmith.bench import Case
+from tensorsmith.suite.blocks import BIAS_STD, GPT2_BATCH, GPT2_TOKENS, GPT2_WIDTH, RMS_EPS
 
 try:
     import torch.nn.functional as F
@@ -11,19 +12,18 @@ except ImportError:   # the graphs build without torch; only the references need
 
 WIDTH, FFN = 4096, 11008           # Llama-7B
 LORA_RANK, LORA_SCALE = 16, 2.0    # alpha / rank with alpha = 32
-GPT2_TOKENS, GPT2_WIDTH = 4096, 768
 
 
 def rmsnorm_linear(tokens: int) -> ts.Graph:
     g = ts.Graph(f"rmsnorm_linear_{tokens}")
     x, norm = g.input("x", (tokens, WIDTH), "float16"), g.input("norm", (WIDTH,), "float16")
     w = g.input("w", (WIDTH, WIDTH), "float16")
-    g.output("y", nn.linear(nn.rms_norm(x, norm, eps=1e-6), w))
+    g.output("y", nn.linear(nn.rms_norm(x, norm, eps=RMS_EPS), w))
     return g
 
 
 def torch_rmsnorm_linear(x, norm, w):
-    return F.linear(F.rms_norm(x, (WIDTH,), norm, eps=1e-6), w)
+    return F.linear(F.rms_norm(x, (WIDTH,), norm, eps=RMS_EPS), w)
 
 
 def gated_mlp(tokens: int) -> ts.Graph:
@@ -64,14 +64,10 @@ def torch_gpt2_mlp(x, w_fc, b_fc, w_proj, b_proj):
     return F.linear(F.gelu(F.linear(x, w_fc, b_fc), approximate="tanh"), w_proj, b_proj)
 
 
-MLP_STD = {"w_gate": fan_in_std(WIDTH), "w_up": fan_in_std(WIDTH), "w_down": fan_in_std(FFN)}
-GPT2_STD = {"w_fc": fan_in_std(GPT2_WIDTH), "b_fc": 0.02, "w_proj": fan_in_std(4 * GPT2_WIDTH), "b_proj": 0.02}
-
 CASES = [
-    Case(rmsnorm_linear(16), torch_rmsnorm_linear, "fused", std={"w": fan_in_std(WIDTH)}),
-    Case(gated_mlp(128), torch_gated_mlp, "fused", std=MLP_STD),
-    Case(gated_mlp(2048), torch_gated_mlp, "fused", std=MLP_STD),
-    Case(lora(128), torch_lora, "fused",
-         std={"w": fan_in_std(WIDTH), "lora_a": fan_in_std(WIDTH), "lora_b": fan_in_std(LORA_RANK)}),
-    Case(gpt2_mlp(GPT2_TOKENS), torch_gpt2_mlp, "fused", std=GPT2_STD),
+    Case(rmsnorm_linear(16), torch_rmsnorm_linear, "fused"),
+    Case(gated_mlp(128), torch_gated_mlp, "fused"),
+    Case(gated_mlp(2048), torch_gated_mlp, "fused"),
+    Case(lora(128), torch_lora, "fused"),
+    Case(gpt2_mlp(GPT2_BATCH * GPT2_TOKENS), torch_gpt2_mlp, "fused", std={"b_fc": BIAS_STD, "b_proj": BIAS_STD}),
 ]

@@ -9,6 +9,7 @@ except ImportError:   # the graphs build without torch; only the references need
     F = None
 
 ROWS, COLS = 8192, 8192
+RMS_EPS, LAYER_NORM_EPS = 1e-6, 1e-5
 
 
 def softmax() -> ts.Graph:
@@ -20,7 +21,7 @@ def softmax() -> ts.Graph:
 def rmsnorm() -> ts.Graph:
     g = ts.Graph("rmsnorm")
     x, w = g.input("x", (ROWS, COLS), "float16"), g.input("w", (COLS,), "float16")
-    g.output("y", nn.rms_norm(x, w, eps=1e-6))
+    g.output("y", nn.rms_norm(x, w, eps=RMS_EPS))
     return g
 
 
@@ -28,7 +29,7 @@ def layernorm() -> ts.Graph:
     g = ts.Graph("layernorm")
     x = g.input("x", (ROWS, COLS), "float16")
     w, b = g.input("w", (COLS,), "float16"), g.input("b", (COLS,), "float16")
-    g.output("y", nn.layer_norm(x, w, b, eps=1e-5))
+    g.output("y", nn.layer_norm(x, w, b, eps=LAYER_NORM_EPS))
     return g
 
 
@@ -41,7 +42,7 @@ def swiglu_gate() -> ts.Graph:
 
 CASES = [
     Case(softmax(), lambda x: F.softmax(x, dim=-1), "memory-bound"),
-    Case(rmsnorm(), lambda x, w: F.rms_norm(x, (COLS,), w, eps=1e-6), "memory-bound"),
-    Case(layernorm(), lambda x, w, b: F.layer_norm(x, (COLS,), w, b, eps=1e-5), "memory-bound"),
+    Case(rmsnorm(), lambda x, w: F.rms_norm(x, (COLS,), w, eps=RMS_EPS), "memory-bound"),
+    Case(layernorm(), lambda x, w, b: F.layer_norm(x, (COLS,), w, b, eps=LAYER_NORM_EPS), "memory-bound"),
     Case(swiglu_gate(), lambda a, b: F.silu(a) * b, "memory-bound"),
 ]

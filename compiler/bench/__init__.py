@@ -1,4 +1,4 @@
 """`tensorsmith bench`: the model suite of benchmarks/models/ against PyTorch on the GPU, in one table."""
-from .case import Case, fan_in_std
+from .case import Case, causal_attention_flops
 
-__all__ = ["Case", "fan_in_std"]
+__all__ = ["Case", "causal_attention_flops"]

@@ -4,14 +4,14 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import numpy as np
+from collections.abc import Callable
+from typing import Any
 
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import Op
+from tensorsmith.search.verify import weight_scales
 
 SUITE_PACKAGE = "tensorsmith.suite"    # benchmarks/models/, installed with tensorsmith
 FAMILIES = ("memory-bound", "matmul", "fused", "attention", "block")
@@ -26,9 +26,9 @@ class Case:
     """One row of the suite.
 
     `reference(**tensors)` computes the graph's single output (or a dict of outputs) with idiomatic PyTorch.
-    `std` gives an input's standard deviation where it is not 1 (weights: 1/sqrt(fan_in), as initialisers
-    draw them); `flops` overrides the count of multiply-adds read off the graph where that count misleads
-    (a causal mask halves the work that has to be done).
+    Inputs are drawn as verification draws them (weight matrices N(0, 1/fan_in), as initialisers draw them; the
+    rest N(0, 1)) except where `std` gives an input's standard deviation (a bias's, say); `flops` overrides the
+    FLOPs of contractions read off the graph where that count misleads (a causal mask halves the work to do).
     """
 
     graph: Graph
@@ -50,7 +50,8 @@ class Case:
         return self.graph.name
 
     def input_std(self, name: str) -> float:
-        return self.std.get(name, 1.0)
+        """The standard deviation `name` is drawn with."""
+        return self.std[name] if name in self.std else weight_scales(self.graph).get(name, 1.0)
 
     def bytes_moved(self) -> int:
         """The fewest bytes any program must move: every input read once, every output written once."""
@@ -70,17 +71,18 @@ class Case:
 
 
 def _is_product_of_broadcasts(node: Node) -> bool:
-    """sum(expand(a) * expand(b)) is a contraction (a matmul, attention's scores); sum(x * x) is not."""
+    """sum(expand(a) * expand(b)) is a contraction (a matmul, attention's scores, a batched product); sum(x * x)
+    is not."""
     return node.op == Op.MUL and any(src.op == Op.EXPAND for src in node.srcs)
 
 
-def fan_in_std(fan_in: int) -> float:
-    """The standard deviation of a weight with `fan_in` inputs per output, as PyTorch's initialisers give it."""
-    return float(1.0 / np.sqrt(fan_in))
+def causal_attention_flops(batch: int, heads: int, tokens: int, head_dim: int) -> float:
+    """The FLOPs left to do in causal attention: the unmasked half (with the diagonal) of the scores and of P V."""
+    return 2.0 * batch * heads * tokens * (tokens + 1) * head_dim
 
 
 def load_suite() -> list[Case]:
-    """Every case of every file in benchmarks/models/ (the package tensorsmith.suite), in file order."""
+    """Every case of every file in benchmarks/models/ (the package tensorsmith.suite), family by family."""
     package = importlib.import_module(SUITE_PACKAGE)
     cases: list[Case] = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):

@@ -8,13 +8,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from tensorsmith.codegen.runtime import gpu_available
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.knobs import CACHE_DIR_ENV
 
-from .case import FAMILIES, load_suite, select
+from .case import FAMILIES, Case, load_suite, select
 from .harness import BASELINES, DEFAULT_BASELINES, Harness, commit
-from .report import Row, format_text, from_json, markdown, summary, table_rows, write_results
+from .report import (NOT_RUN, Measured, Row, format_text, from_json, markdown, ratio, summary, table_rows,
+                     write_results)
 
 DEFAULT_BUDGET_S = 10.0
 
@@ -24,6 +27,7 @@ class BenchError(TensorsmithError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `tensorsmith bench`."""
     parser.add_argument("cases", nargs="*", metavar="CASE",
                         help=f"case names, families ({', '.join(FAMILIES)}) or prefixes ending in '*' (default: all)")
     parser.add_argument("--list", action="store_true", help="list the cases and exit (needs no GPU)")
@@ -35,24 +39,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the run into this Markdown file (between its bench markers; the rest is kept) and "
                              "every number into the .json beside it")
     parser.add_argument("--time-limit", type=float, metavar="SECONDS",
-                        help="start no case after this many seconds; those left are listed as not run")
+                        help="start no case after this many seconds; those left are rows that say so")
     parser.add_argument("--from-json", nargs="+", metavar="RESULTS.json",
                         help="no run: write -o (or print) from the results of earlier runs, rows joined in order")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the search")
-    parser.add_argument("--cache-dir", help="tensorsmith's cache to use (default: a fresh one, so compiles are cold)")
+    parser.add_argument("--cache-dir", help="tensorsmith's cache to use (default: a fresh one for each case, so that"
+                                             " every compile is cold; then a second compile measures the warm one)")
     parser.add_argument("--commit", default=None, help="the commit to name in the report (default: git's)")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
 
 
 def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
+    """`tensorsmith bench`: list the cases, join saved results, or run the cases on this GPU."""
     cases = select(load_suite(), args.cases)
     if args.list:
         for case in cases:
             print(f"{case.name:30s} {case.family:13s} {case.bytes_moved() / 1e6:9.1f} MB {case.matmul_flops() / 1e9:9.1f}"
                   f" GFLOP  {case.note}")
         return 0
+    output = Path(args.output) if args.output else None
+    if output is not None and output.is_dir():
+        raise BenchError(f"-o {output}: is a folder; give the Markdown file to write")
     if args.from_json:
-        return _from_json(args)
+        return _from_json(args.from_json, output)
     baselines = [b for b in args.baselines.split(",") if b]
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
@@ -60,50 +69,63 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
     if args.budget <= 0:
         raise BenchError(f"--budget must be positive, got {args.budget:g}")
     torch = _torch_on_gpu()
-    output = Path(args.output) if args.output else None
-    if output is not None and output.exists() and output.is_dir():
-        raise BenchError(f"-o {output}: is a folder; give the Markdown file to write")
+    if args.cache_dir:       # the user's cache: compiles are cold only where it lacks them
+        os.environ[CACHE_DIR_ENV] = args.cache_dir
+        return _run(torch, cases, baselines, args, output, argv, None)
     with tempfile.TemporaryDirectory(prefix="tensorsmith-bench-") as fresh:
-        os.environ[CACHE_DIR_ENV] = args.cache_dir or fresh
-        return _run(torch, cases, baselines, args, output, argv)
+        return _run(torch, cases, baselines, args, output, argv, Path(fresh))
 
 
-def _run(torch, cases, baselines: list[str], args: argparse.Namespace, output: Path | None, argv: list[str]) -> int:
+def _log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _run(torch: Any, cases: list[Case], baselines: list[str], args: argparse.Namespace, output: Path | None,
+         argv: list[str], cache_root: Path | None) -> int:
     started = time.perf_counter()
-    log = lambda text: print(text, file=sys.stderr, flush=True)   # noqa: E731
-    log("measuring the GPU's copy bandwidth and matmul rate ...")
-    harness = Harness(torch, baselines, args.budget, args.seed)
-    meta = harness.meta("tensorsmith " + shlex.join(argv), args.commit or commit())
-    log(f"{meta['gpu']}: copy {meta['copy_tb_s']:.2f} TB/s, float16 matmul {meta['matmul_tflop_s']:.0f} TFLOP/s; "
-        f"{len(cases)} cases, baselines {', '.join(baselines)}")
+    _log("measuring the GPU's copy bandwidth and matmul rate ...")
+    harness = Harness(torch, baselines, args.budget, args.seed, args.commit or commit(), cache_root)
+    meta = harness.meta("tensorsmith " + shlex.join(argv))
+    _log(f"{meta['gpu']}: copy {meta['copy_tb_s']:.2f} TB/s, float16 matmul {meta['matmul_tflop_s']:.0f} TFLOP/s; "
+         f"{len(cases)} cases, baselines {', '.join(baselines)}")
     rows: list[Row] = []
     for index, case in enumerate(cases):
         if args.time_limit is not None and time.perf_counter() - started > args.time_limit:
-            log(f"time limit of {args.time_limit:g} s reached; not run: {', '.join(c.name for c in cases[index:])}")
+            _log(f"time limit of {args.time_limit:g} s reached; not run: {', '.join(c.name for c in cases[index:])}")
+            rows.extend(_not_run(case, baselines, args.time_limit) for case in cases[index:])
             break
-        log(f"[{index + 1}/{len(cases)}] {case.name} ...")
+        _log(f"[{index + 1}/{len(cases)}] {case.name} ...")
         case_start = time.perf_counter()
-        rows.append(harness.run(case, index))
+        rows.append(harness.run(case))
         cells = table_rows(rows[-1:], baselines)
-        log("    " + ", ".join(f"{h} {c}" for h, c in zip(cells[0][1:], cells[1][1:]))
-            + f" ({time.perf_counter() - case_start:.0f} s)")
+        _log("    " + ", ".join(f"{h} {c}" for h, c in zip(cells[0][1:], cells[1][1:]))
+             + f" ({time.perf_counter() - case_start:.0f} s)")
         if output is not None:
             write_results(output, meta, rows)
+    if output is not None:
+        write_results(output, meta, rows)
     print(format_text(table_rows(rows, baselines)))
     s = summary(rows)
-    print(f"geometric mean of the speedup over the best baseline: kernels {_fmt(s['geomean_kernels'])}, "
-          f"call {_fmt(s['geomean_call'])} ({s['cases_compared']} of {s['cases']} cases); "
+    print(f"geometric mean of the speedup over the best baseline: kernels {ratio(s['geomean_kernels'])}, "
+          f"call {ratio(s['geomean_call'])} ({s['cases_compared']} of {s['cases']} cases); "
           f"{time.perf_counter() - started:.0f} s")
     if output is not None:
         print(f"wrote {output} and {output.with_suffix('.json')}")
     return 0
 
 
-def _from_json(args: argparse.Namespace) -> int:
+def _not_run(case: Case, baselines: list[str], limit: float) -> Row:
+    """The row of a case that the time limit left out: it says so in every column."""
+    why = f"{NOT_RUN}: the time limit of {limit:g} s was reached first"
+    return Row(case.name, case.family, 0.0, "-", Measured(failure=why), Measured(failure=why),
+               baselines={name: Measured(failure=why) for name in baselines}, note=case.note)
+
+
+def _from_json(paths: list[str], output: Path | None) -> int:
     """One report from several results files: rows in order, a case measured again taking its earlier row's place."""
     meta: dict | None = None
     rows: dict[str, Row] = {}
-    for path in args.from_json:
+    for path in paths:
         try:
             run_meta, run_rows = from_json(Path(path).read_text())
         except (OSError, ValueError, KeyError, TypeError) as err:
@@ -111,31 +133,29 @@ def _from_json(args: argparse.Namespace) -> int:
         meta = dict(run_meta) if meta is None else _joined(meta, run_meta)
         rows.update({row.case: row for row in run_rows})
     assert meta is not None
-    if args.output:
-        write_results(Path(args.output), meta, list(rows.values()))
-        print(f"wrote {args.output} and {Path(args.output).with_suffix('.json')}")
+    if output is not None:
+        write_results(output, meta, list(rows.values()))
+        print(f"wrote {output} and {output.with_suffix('.json')}")
     else:
         print(markdown(meta, list(rows.values())))
     return 0
 
 
 def _joined(meta: dict, later: dict) -> dict:
-    """The meta of two runs as one: each commit, budget and command said once, in order."""
+    """The meta of two runs as one: every baseline either ran, and each commit, budget, command, GPU, driver and
+    torch version said once, in order (the ceilings stay the first run's; each row's floor used its own run's)."""
     joined = dict(meta)
-    for key, separator in (("commit", ", "), ("budget_s", ", "), ("command", "` then `")):
+    joined["baselines"] = [*meta["baselines"], *(b for b in later["baselines"] if b not in meta["baselines"])]
+    for key in ("commit", "budget_s", "command", "gpu", "driver", "torch", "date"):
+        separator = "` then `" if key == "command" else ", "
         said = str(joined[key]).split(separator)
-        if str(later.get(key)) not in said:
-            joined[key] = separator.join([*said, str(later.get(key))])
+        if str(later[key]) not in said:
+            joined[key] = separator.join([*said, str(later[key])])
     return joined
 
 
-def _fmt(value: float | None) -> str:
-    return f"{value:.2f}x" if value is not None else "-"
-
-
-def _torch_on_gpu():
+def _torch_on_gpu() -> Any:
     """PyTorch with a CUDA GPU, or a BenchError saying which is missing."""
-    from tensorsmith.codegen.runtime import gpu_available
     if not gpu_available():
         raise BenchError("tensorsmith bench needs an NVIDIA GPU and found none (`tensorsmith bench --list` works"
                          " anywhere)")

@@ -7,16 +7,20 @@ turns (timing.time_runs). Whatever fails is reported on its row and the run goes
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import os
 import subprocess
 import time
 import types
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.knobs import CACHE_DIR_ENV
 from tensorsmith.search.verify import tolerance
 
 from ..executor import bind_device_arrays
@@ -30,9 +34,11 @@ from .report import KernelTime, Measured, Row
 BASELINES = ("eager", "compile", "max-autotune", "reduce-overhead")
 DEFAULT_BASELINES = ("eager", "compile", "max-autotune")
 FAILURE_CHARS = 200     # a failure is one line on its row
+GPU_TIME = "@gpu"       # a baseline's runs queued behind a sleeping kernel: the GPU's time alone
 
 
 def one_line(err: BaseException) -> str:
+    """An error as one line of at most FAILURE_CHARS characters, for its row."""
     text = " ".join(f"{type(err).__name__}: {err}".split())
     return text if len(text) <= FAILURE_CHARS else text[:FAILURE_CHARS - 3] + "..."
 
@@ -48,7 +54,9 @@ def make_baseline(torch: Any, name: str, fn: Callable[..., Any]) -> Callable[...
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
     """`fn` with a code object of its own: dynamo keeps compiled code per code object, so that two modes compiling
     one reference would otherwise share a cache."""
-    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return copy
 
 
 def draw_inputs(torch: Any, case: Case, seed: int) -> dict[str, Any]:
@@ -86,32 +94,36 @@ def relative_error(torch: Any, outputs: dict[str, Any], truth: dict[str, Any]) -
 
 
 def case_tolerance(case: Case) -> float:
+    """The relative L2 error a case's outputs may have: verification's tolerance for their dtypes."""
     return max(tolerance(node) for node in case.graph.outputs.values())
 
 
 class Harness:
     """Runs cases one by one; holds the run's torch module, baselines and budget."""
 
-    def __init__(self, torch: Any, baselines: list[str], budget_s: float, seed: int = 0,
-                 log: Callable[[str], None] = print):
-        self.torch, self.baselines, self.budget_s, self.seed, self.log = torch, baselines, budget_s, seed, log
+    def __init__(self, torch: Any, baselines: list[str], budget_s: float, seed: int = 0, commit: str = "unknown",
+                 cache_root: Path | None = None):
+        self.torch, self.baselines, self.budget_s, self.seed, self.commit = torch, baselines, budget_s, seed, commit
+        self.cache_root = cache_root      # where each case gets a cache of its own, so that its compile is cold
         self.copy_rate = timing.copy_bytes_per_s(torch)
         self.matmul_rate = timing.matmul_flops_per_s(torch)
 
-    def meta(self, command: str, commit: str) -> dict[str, Any]:
+    def meta(self, command: str) -> dict[str, Any]:
+        """What ran where: the date, GPU, driver, versions, commit, the measured ceilings and the options."""
         torch = self.torch
         return {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
                 "driver": _driver_version(), "torch": torch.__version__, "tensorsmith": VERSION,
-                "commit": commit, "copy_tb_s": self.copy_rate / 1e12, "matmul_tflop_s": self.matmul_rate / 1e12,
+                "commit": self.commit, "copy_tb_s": self.copy_rate / 1e12, "matmul_tflop_s": self.matmul_rate / 1e12,
                 "budget_s": self.budget_s, "baselines": list(self.baselines), "seed": self.seed, "command": command}
 
-    def run(self, case: Case, index: int) -> Row:
+    def run(self, case: Case) -> Row:
         """The case measured; whatever fails (even the reference) is said on its row."""
         floor_memory, floor_matmul = case.bytes_moved() / self.copy_rate, case.matmul_flops() / self.matmul_rate
         row = Row(case.name, case.family, max(floor_memory, floor_matmul) * 1e3,
-                  "memory" if floor_memory >= floor_matmul else "matmul", note=case.note)
+                  "memory" if floor_memory >= floor_matmul else "matmul", note=case.note, commit=self.commit,
+                  budget_s=self.budget_s)
         try:
-            self._measure(case, index, row)
+            self._measure(case, row)
         except Exception as err:
             failure = f"the harness failed: {one_line(err)}"
             for measured in (row.kernels, row.call, *row.baselines.values()):
@@ -120,10 +132,10 @@ class Harness:
         self.torch.cuda.empty_cache()
         return row
 
-    def _measure(self, case: Case, index: int, row: Row) -> None:
+    def _measure(self, case: Case, row: Row) -> None:
         torch = self.torch
         torch._dynamo.reset()      # each case compiles afresh, with static shapes
-        tensors = draw_inputs(torch, case, self.seed + index)
+        tensors = draw_inputs(torch, case, self.seed + zlib.crc32(case.name.encode()))   # the same in any selection
         truth = as_outputs(case, case.reference(**{k: v.float() if v.is_floating_point() else v
                                                    for k, v in tensors.items()}))
         limit = case_tolerance(case)
@@ -135,22 +147,28 @@ class Harness:
             for name in self.baselines:
                 self._check_baseline(name, case, tensors, truth, limit, row, runs)
             if runs:
-                times = timing.time_runs(torch, runs, queued=frozenset({"kernels"}))
+                queued = {f"{name}{GPU_TIME}": run for name, run in runs.items() if name in self.baselines}
+                times = timing.time_runs(torch, {**runs, **queued}, queued=frozenset({"kernels", *queued}))
                 for name, ms in times.items():
-                    self._measured(row, name).ms = ms
+                    if name.endswith(GPU_TIME):
+                        row.baselines[name.removesuffix(GPU_TIME)].gpu_ms = ms
+                    else:
+                        self._measured(row, name).ms = ms
 
     def _measured(self, row: Row, name: str) -> Measured:
         return {"kernels": row.kernels, "call": row.call}.get(name) or row.baselines[name]
 
     def _compile(self, case: Case, row: Row) -> Program | None:
         """tensorsmith's program, compiled cold and then warm (from the cache), or None with the failure on the row."""
+        cache = None if self.cache_root is None else self.cache_root / case.name
         try:
-            start = time.perf_counter()
-            ts_compile(case.graph, budget_s=self.budget_s, seed=self.seed)
-            row.kernels.compile_s = time.perf_counter() - start
-            start = time.perf_counter()
-            program = ts_compile(case.graph, budget_s=self.budget_s, seed=self.seed)
-            row.compile_warm_s = time.perf_counter() - start
+            with _cache_at(cache):
+                start = time.perf_counter()
+                ts_compile(case.graph, budget_s=self.budget_s, seed=self.seed)
+                row.kernels.compile_s = time.perf_counter() - start
+                start = time.perf_counter()
+                program = ts_compile(case.graph, budget_s=self.budget_s, seed=self.seed)
+                row.compile_warm_s = time.perf_counter() - start
         except Exception as err:    # a case tensorsmith cannot compile is a row of the table, not the end of it
             row.kernels.failure = row.call.failure = one_line(err)
             return None
@@ -163,17 +181,20 @@ class Harness:
     def _check_ours(self, program: Program, tensors: dict[str, Any], truth: dict[str, Any], limit: float, row: Row,
                     runs: dict[str, Callable[[], object]], stack: ExitStack) -> None:
         try:
-            row.kernels.error = row.call.error = relative_error(self.torch, program(**tensors), truth)
+            row.call.error = relative_error(self.torch, program(**tensors), truth)
             session, outputs = bind_device_arrays(program, tensors, stack)
+            for output in outputs.values():
+                output.fill_(float("nan"))      # poisoned: an element the kernels do not write fails the check
             session.run_all()
-            kernels_error = relative_error(self.torch, outputs, truth)
+            row.kernels.error = relative_error(self.torch, outputs, truth)
         except Exception as err:
             row.kernels.failure = row.call.failure = one_line(err)
             return
-        worst = max(row.kernels.error, kernels_error)
-        if not worst <= limit:
-            row.kernels.failure = row.call.failure = (f"output differs from PyTorch's: relative L2 error {worst:.3g}"
-                                                      f" > {limit:g}")
+        for measured in (row.kernels, row.call):
+            if measured.error is None or not measured.error <= limit:
+                measured.wrong = True
+                measured.failure = f"output differs from PyTorch's: relative L2 error {measured.error:.3g} > {limit:g}"
+        if row.kernels.wrong or row.call.wrong:
             return
         # the session writes into `outputs`: the closure keeps them alive for as long as it is timed
         runs["kernels"], runs["call"] = lambda: (session.run_all(), outputs), lambda: program(**tensors)
@@ -192,9 +213,27 @@ class Harness:
             measured.failure = one_line(err)
             return
         if not measured.error <= limit:
+            measured.wrong = True
             measured.failure = f"output differs from float32: relative L2 error {measured.error:.3g} > {limit:g}"
             return
         runs[name] = lambda: fn(**tensors)
+
+
+@contextlib.contextmanager
+def _cache_at(root: Path | None) -> Iterator[None]:
+    """tensorsmith's caches (programs and cubins) at `root` while the block runs (None: wherever they are)."""
+    if root is None:
+        yield
+        return
+    before = os.environ.get(CACHE_DIR_ENV)
+    os.environ[CACHE_DIR_ENV] = str(root)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CACHE_DIR_ENV, None)
+        else:
+            os.environ[CACHE_DIR_ENV] = before
 
 
 def _driver_version() -> str:
@@ -207,15 +246,17 @@ def _driver_version() -> str:
 
 
 def commit() -> str:
-    """The git commit of the tensorsmith source being run (from the working folder), or 'unknown'."""
-    for folder in (Path.cwd(), Path(__file__).resolve().parent):
+    """The git commit of the tensorsmith source being run (its package folder's, else the working folder's), with
+    '+changes' where tracked files differ from it; 'unknown' outside a checkout."""
+    for folder in (Path(__file__).resolve().parent, Path.cwd()):
         try:
-            done = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
+            head = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
                                   text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if done.returncode == 0 and done.stdout.strip():
+            if head.returncode != 0 or not head.stdout.strip():
+                continue
             dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
                                    capture_output=True, text=True, timeout=10).stdout.strip()
-            return done.stdout.strip() + ("+changes" if dirty else "")
+        except (OSError, subprocess.SubprocessError):
+            continue
+        return head.stdout.strip() + ("+changes" if dirty else "")
     return "unknown"

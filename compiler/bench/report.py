@@ -17,12 +17,16 @@ NOT_RUN = "not run"
 
 @dataclass
 class Measured:
-    """One way of running a case: its median time, its first call's compile time, its error against float32."""
+    """One way of running a case: its median time as its caller sees it (`ms`) and, where measured, the GPU's time
+    alone (`gpu_ms`, the runs queued behind a sleeping kernel); its first call's compile time; its error against
+    float32 PyTorch; and, where there is no time, why (`wrong`: the output was checked and is wrong)."""
 
     ms: float | None = None
     compile_s: float | None = None
     error: float | None = None
     failure: str | None = None     # one line: why there is no time
+    wrong: bool = False
+    gpu_ms: float | None = None
 
 
 @dataclass
@@ -51,16 +55,21 @@ class Row:
     kernel_times: list[KernelTime] = field(default_factory=list)
     baselines: dict[str, Measured] = field(default_factory=dict)
     note: str = ""
+    commit: str | None = None             # what ran, where rows of several runs are joined
+    budget_s: float | None = None
 
-    def best_baseline(self) -> tuple[str, float] | None:
-        """The fastest baseline that ran and was right, with its ms."""
-        timed = [(name, m.ms) for name, m in self.baselines.items() if m.ms is not None and m.failure is None]
+    def best_baseline(self, gpu_time: bool = False) -> tuple[str, float] | None:
+        """The fastest baseline that ran and was right, with its ms (as called, or with `gpu_time` the GPU's alone
+        where the run measured that)."""
+        timed = [(name, _time(m, gpu_time)) for name, m in self.baselines.items() if m.failure is None]
+        timed = [(name, ms) for name, ms in timed if ms]
         return min(timed, key=lambda t: t[1]) if timed else None
 
     def speedup(self, ours: Measured) -> float | None:
-        """The best baseline's time over `ours` (above 1: tensorsmith is faster)."""
-        best = self.best_baseline()
-        if best is None or ours.ms is None or ours.failure is not None:
+        """The best baseline's time over `ours` (above 1: tensorsmith is faster): our kernels' GPU time against the
+        baselines' GPU time (their time as called, in runs that did not measure it), our call against theirs."""
+        best = self.best_baseline(gpu_time=ours is self.kernels)
+        if best is None or not ours.ms or ours.failure is not None:
             return None
         return best[1] / ours.ms
 
@@ -77,7 +86,7 @@ class Row:
         floor = f"{self.of_floor():.0%} of its {self.floor_bound} floor"
         timed = [k for k in self.kernel_times if k.ms is not None]
         if not timed:
-            return f"{self.kernel_count} kernels, none timed alone; {floor}"
+            return f"{self.kernel_count or 'its'} kernels, none timed alone; {floor}"
         slowest = max(timed, key=lambda k: k.ms or 0.0)
         if len(timed) == 1:
             return f"its one kernel ({slowest.archetype}) runs at {floor}"
@@ -86,7 +95,12 @@ class Row:
                 f"{share:.0%} of their sum")
 
 
+def _time(m: Measured, gpu_time: bool) -> float | None:
+    return (m.gpu_ms or m.ms) if gpu_time else m.ms
+
+
 def geomean(values: list[float]) -> float | None:
+    """The geometric mean, None for no values."""
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
@@ -96,15 +110,16 @@ def _us(ms: float | None) -> str:
     return f"{ms * 1000:.1f} us" if ms < 1 else f"{ms:.2f} ms"
 
 
-def _ratio(value: float | None) -> str:
+def ratio(value: float | None) -> str:
+    """A speedup as printed: two decimals and an x, '-' for none."""
     return f"{value:.2f}x" if value is not None else "-"
 
 
 def _cell(m: Measured) -> str:
-    if m.failure == NOT_RUN:
+    if m.failure is not None and m.failure.startswith(NOT_RUN):
         return NOT_RUN
     if m.failure is not None:
-        return f"WRONG ({m.error:.2g})" if m.error is not None else "FAILED"
+        return f"WRONG ({m.error:.2g})" if m.wrong and m.error is not None else "FAILED"
     return _us(m.ms)
 
 
@@ -122,13 +137,14 @@ def table_rows(rows: list[Row], baselines: list[str]) -> list[list[str]]:
                      if row.kernels.compile_s is not None and row.compile_warm_s is not None else "-")
         out.append([row.case, _cell(row.kernels), _cell(row.call),
                     *(_cell(row.baselines.get(name, Measured(failure=NOT_RUN))) for name in baselines),
-                    _ratio(row.speedup(row.kernels)), _ratio(row.speedup(row.call)),
+                    ratio(row.speedup(row.kernels)), ratio(row.speedup(row.call)),
                     f"{floor:.0%}" if floor is not None else "-", str(row.kernel_count or "-"), compile_s,
                     f"{row.kernels.error:.1e}" if row.kernels.error is not None else "-"])
     return out
 
 
 def format_text(cells: list[list[str]]) -> str:
+    """Cells as aligned columns of plain text."""
     widths = [max(len(r[c]) for r in cells) for c in range(len(cells[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in cells)
 
@@ -155,13 +171,16 @@ def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
              "Times are CUDA-event medians, L2 flushed before every run, all columns of a case timed in turns in one "
              "process on the same inputs (weights N(0, 1/fan_in), activations N(0, 1)). *kernels*: tensorsmith's "
              "launches queued behind a sleeping kernel, so the GPU's time alone; *call*: `prog(**torch_tensors)` as a "
-             "PyTorch user calls it; baselines as their callers call them. *x best*: the best baseline's time over "
-             "ours. *of floor*: the floor over our kernels' time. *error*: relative L2 error of our output against "
-             "the PyTorch reference run in float32.", "",
+             "PyTorch user calls it, the device idle when it starts; the baselines' cells: as their callers call "
+             "them, likewise. *x best (kernels)*: the best baseline's GPU time (queued like our kernels; in rows of "
+             "runs that did not measure it, its time as called, which favours tensorsmith where launch overhead "
+             "shows) over our kernels'; *x best (call)*: the best baseline's time as called over our call's. *of "
+             "floor*: the floor over our kernels' time. *error*: relative L2 error of our output against the PyTorch "
+             "reference run in float32.", "",
              "| " + " | ".join(cells[0]) + " |", "|" + " --- |" * len(cells[0])]
     lines += ["| " + " | ".join(c) + " |" for c in cells[1:]]
-    lines += ["", f"Geometric mean of the speedup over the best baseline: kernels {_ratio(s['geomean_kernels'])}, "
-                  f"call {_ratio(s['geomean_call'])}, over the {s['cases_compared']} of {s['cases']} cases where "
+    lines += ["", f"Geometric mean of the speedup over the best baseline: kernels {ratio(s['geomean_kernels'])}, "
+                  f"call {ratio(s['geomean_call'])}, over the {s['cases_compared']} of {s['cases']} cases where "
                   f"both ran; tensorsmith faster on {s['cases_faster']}.", ""]
     problems = []
     for row in rows:
@@ -180,37 +199,54 @@ def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
 
 
 def write_markdown(path: Path, section: str) -> None:
-    """Put `section` between the bench markers of `path`, keeping everything else; a new file gets a title."""
-    block = f"{SECTION_BEGIN}\n{section.rstrip()}\n{SECTION_END}\n"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    if SECTION_BEGIN in text and SECTION_END in text:
-        before, rest = text.split(SECTION_BEGIN, 1)
-        after = rest.split(SECTION_END, 1)[1].lstrip("\n")
-        text = before + block + ("\n" + after if after else "")
+    """Put `section` between the bench markers of `path` and change nothing else; without markers, the section goes
+    after the file's title (a first line starting with '# ') or at its end; a new file gets a title."""
+    block = f"{SECTION_BEGIN}\n{section.rstrip()}\n{SECTION_END}"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    begin = text.find(SECTION_BEGIN)
+    end = text.find(SECTION_END, begin + 1) if begin >= 0 else -1
+    if begin >= 0 and end >= 0:
+        text = text[:begin] + block + text[end + len(SECTION_END):]
+    elif begin >= 0 or SECTION_END in text:
+        raise ValueError(f"{path} has one bench marker without the other; mend or remove it by hand")
+    elif text.startswith("# "):
+        title, _, rest = text.partition("\n")
+        text = f"{title}\n\n{block}\n" + (f"\n{rest.lstrip(chr(10))}" if rest.strip() else "")
     else:
-        head, newline, tail = text.partition("\n")
-        text = head + newline + "\n" + block + ("\n" + tail.lstrip("\n") if tail.strip() else "")
+        text = text.rstrip("\n") + f"\n\n{block}\n" if text.strip() else f"{block}\n"
     _write_atomic(path, text)
 
 
 def to_json(meta: dict[str, Any], rows: list[Row]) -> str:
+    """The run as JSON: its meta, its summary and every row, so that runs can be compared by a script."""
     return json.dumps({"format": RESULTS_FORMAT, "meta": meta, "summary": summary(rows),
                        "rows": [asdict(r) for r in rows]}, indent=1) + "\n"
 
 
+META_KEYS = ("date", "commit", "gpu", "driver", "torch", "tensorsmith", "copy_tb_s", "matmul_tflop_s", "budget_s",
+             "baselines", "command")
+
+
 def from_json(text: str) -> tuple[dict[str, Any], list[Row]]:
-    """The meta and rows of a results file written by `to_json`."""
+    """The meta and rows of a results file written by `to_json`; ValueError naming what is wrong otherwise."""
     doc = json.loads(text)
-    if doc.get("format") != RESULTS_FORMAT:
-        raise ValueError(f"results format {doc.get('format')!r}, expected {RESULTS_FORMAT}")
-    rows = []
-    for r in doc["rows"]:
+    if not isinstance(doc, dict) or doc.get("format") != RESULTS_FORMAT:
+        raise ValueError(f"not a results document of format {RESULTS_FORMAT}")
+    meta, rows = doc.get("meta"), doc.get("rows")
+    missing = [key for key in META_KEYS if not isinstance(meta, dict) or key not in meta]
+    if missing or not isinstance(rows, list):
+        raise ValueError(f"its meta lacks {', '.join(missing)}" if missing else "it has no list of rows")
+    parsed = []
+    for r in rows:
         r = dict(r)
         r["kernels"], r["call"] = Measured(**r["kernels"]), Measured(**r["call"])
         r["kernel_times"] = [KernelTime(**k) for k in r["kernel_times"]]
         r["baselines"] = {name: Measured(**m) for name, m in r["baselines"].items()}
-        rows.append(Row(**r))
-    return doc["meta"], rows
+        row = Row(**r)
+        row.commit = row.commit or meta["commit"]
+        row.budget_s = row.budget_s if row.budget_s is not None else meta["budget_s"]
+        parsed.append(row)
+    return meta, parsed
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -4,7 +4,8 @@ Each run is preceded by an L2 flush and bracketed by two events on torch's curre
 stream, where tensorsmith's launches go too). Runs are taken in turns, `rounds` rounds of `repeat` runs of each
 callable, so that a drift of the GPU's clocks falls on all alike, and the median of all a callable's runs is its
 time. A run that stands for the GPU's work alone (`queued`) is queued behind a sleeping kernel, so that the
-time between its events is the kernels', not Python's launch; every other run is timed as its caller sees it.
+time between its events is the kernels', not Python's launch; every other run is timed as its caller sees it,
+starting with the device idle (the flush is waited for), so that its launch overhead counts.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ def time_runs(torch: Any, runs: dict[str, Callable[[], object]], queued: frozens
                 torch.cuda._sleep(SLEEP_CYCLES)
             for _ in range(repeat):
                 flush.zero_()
+                if name not in queued:
+                    torch.cuda.synchronize()
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
                 run()

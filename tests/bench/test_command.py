@@ -2,6 +2,7 @@
 report is written from saved results."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,23 @@ def test_saved_results_are_joined_into_one_report(tmp_path: Path) -> None:
     assert "commit abc1234, def5678" in text
     assert all(f"| {name} |" in text for name in ("fast", "slow", "failed"))
     bad = tmp_path / "bad.json"
-    bad.write_text("{}")
-    done = _bench("--from-json", str(bad))
-    assert done.returncode == 2 and "is not a results file" in done.stderr
+    for text in ("{}", "[]", '{"format": 1, "meta": {}, "rows": []}'):
+        bad.write_text(text)
+        done = _bench("--from-json", str(bad))
+        assert done.returncode == 2 and "is not a results file" in done.stderr and "Traceback" not in done.stderr
+    done = _bench("--from-json", str(tmp_path / "a.json"), "-o", str(tmp_path))
+    assert done.returncode == 2 and "is a folder" in done.stderr
+
+
+def test_joining_keeps_every_baseline_and_a_case_measured_again_replaces_its_row(tmp_path: Path) -> None:
+    first, second = _rows(), _rows()
+    second[1].kernels.ms = 0.04
+    (tmp_path / "a.json").write_text(to_json(META, first))
+    (tmp_path / "b.json").write_text(to_json({**META, "baselines": ["max-autotune"], "commit": "def5678"},
+                                             second[1:2]))
+    out = tmp_path / "joined.md"
+    assert _bench("--from-json", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "-o", str(out)).returncode == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["meta"]["baselines"] == ["eager", "compile", "max-autotune"]
+    assert [r["case"] for r in doc["rows"]] == ["fast", "slow", "failed"]
+    assert doc["rows"][1]["kernels"]["ms"] == 0.04 and doc["rows"][1]["commit"] == "def5678"

@@ -2,6 +2,7 @@
 the Markdown section written between its markers without touching the rest, and the JSON read back."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -22,7 +23,7 @@ def _rows() -> list[Row]:
                {"eager": Measured(0.26, 0.0, 1e-4), "compile": Measured(0.14, 3.0, 1e-4)})
     slow = Row("slow", "fused", 0.01, "matmul", Measured(0.8, 15.0, 4e-4), Measured(1.4, None, 4e-4), 2, 0.01, {},
                [KernelTime("slow_up", "matmul", 0.06), KernelTime("slow_y", "matmul", 0.74)],
-               {"eager": Measured(0.08, 0.0, 1e-4), "compile": Measured(None, None, 0.5, "output differs")})
+               {"eager": Measured(0.08, 0.0, 1e-4), "compile": Measured(None, None, 0.5, "output differs", wrong=True)})
     failed = Row("failed", "block", 0.5, "matmul", Measured(failure="VerificationError: no candidate passed"),
                  Measured(failure="VerificationError: no candidate passed"),
                  baselines={"eager": Measured(2.3, 0.0, 1e-4), "compile": Measured(failure="RuntimeError: boom")})
@@ -74,19 +75,45 @@ def test_markdown_names_the_run_and_says_each_failure_and_slow_row() -> None:
 
 def test_the_section_replaces_only_its_own_lines(tmp_path: Path) -> None:
     path = tmp_path / "BENCHMARKS.md"
-    path.write_text("# Benchmarks\n\nKernel notes written by hand.\n")
+    path.write_text("# Benchmarks\n\nKernel notes written by hand.\n\n\n\nMore notes.\n")
     write_markdown(path, "first run")
+    after_first = path.read_text()
     write_markdown(path, "second run")
     text = path.read_text()
     assert text.count(SECTION_BEGIN) == 1 and text.count(SECTION_END) == 1
     assert "second run" in text and "first run" not in text
-    assert text.startswith("# Benchmarks\n") and text.rstrip().endswith("Kernel notes written by hand.")
+    assert text == after_first.replace("first run", "second run")        # nothing outside the markers moved
+    assert text.startswith("# Benchmarks\n") and text.endswith("Kernel notes written by hand.\n\n\n\nMore notes.\n")
+
+
+def test_a_file_without_a_title_gets_the_section_at_its_end_and_a_lone_marker_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.md"
+    path.write_text("intro line one\nline two\n")
+    write_markdown(path, "run")
+    assert path.read_text().startswith("intro line one\nline two\n\n" + SECTION_BEGIN)
+    path.write_text(f"{SECTION_END}\ntext\n")
+    with pytest.raises(ValueError, match="one bench marker without the other"):
+        write_markdown(path, "run")
+
+
+def test_the_kernels_speedup_compares_gpu_times_where_the_baselines_have_them() -> None:
+    fast = _rows()[0]
+    fast.baselines["compile"].gpu_ms = 0.1           # queued like our kernels: no launch overhead
+    assert fast.speedup(fast.kernels) == pytest.approx(0.1 / 0.07)
+    assert fast.speedup(fast.call) == pytest.approx(0.14 / 0.13)      # the call against their time as called
+
+
+def test_results_files_that_are_not_ours_are_refused_by_name() -> None:
+    for text in ("[]", '{"format": 1, "meta": {}, "rows": []}', json.dumps({"format": 1, "meta": META})):
+        with pytest.raises(ValueError):
+            from_json(text)
 
 
 def test_results_round_trip_through_json(tmp_path: Path) -> None:
     rows = _rows()
     meta, back = from_json(to_json(META, rows))
-    assert back == rows and meta == META
+    assert meta == META and [dataclasses.replace(r, commit=None, budget_s=None) for r in back] == rows
+    assert {(r.commit, r.budget_s) for r in back} == {("abc1234", 5.0)}   # each row says what it ran under
     json_path = write_results(tmp_path / "BENCHMARKS.md", META, rows)
     assert json.loads(json_path.read_text())["summary"]["cases"] == 3
     assert (tmp_path / "BENCHMARKS.md").exists()

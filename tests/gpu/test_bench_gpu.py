@@ -27,7 +27,7 @@ def _harness():
 def test_a_case_is_checked_and_timed_in_every_column(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TENSORSMITH_CACHE_DIR", str(tmp_path))
     case = _rmsnorm_case(lambda x, w: torch.nn.functional.rms_norm(x, (1024,), w, eps=1e-6))
-    row = _harness().run(case, 0)
+    row = _harness().run(case)
     assert row.kernels.failure is None and row.call.failure is None, row.kernels.failure
     assert row.kernels.error is not None and row.kernels.error < 1e-2
     for measured in (row.kernels, row.call, row.baselines["eager"], row.baselines["compile"]):
@@ -40,6 +40,6 @@ def test_a_case_is_checked_and_timed_in_every_column(tmp_path, monkeypatch) -> N
 def test_a_program_that_disagrees_with_its_reference_gets_no_time(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TENSORSMITH_CACHE_DIR", str(tmp_path))
     case = _rmsnorm_case(lambda x, w: 2 * torch.nn.functional.rms_norm(x, (1024,), w, eps=1e-6))
-    row = _harness().run(case, 0)
+    row = _harness().run(case)
     assert row.kernels.ms is None and "differs from PyTorch's" in (row.kernels.failure or "")
     assert row.baselines["eager"].ms is not None    # the baselines agree with the reference and are still timed
