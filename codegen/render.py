@@ -308,7 +308,7 @@ class _RowLoops:
         readers: dict[tuple[str, tuple[str, ...]], set[int]] = {}
         for position, (node, index) in enumerate(probe.emitter.accesses):
             shape = buffers[node.arg]
-            if (index[-1] != "k" or any(_K.search(part) for part in index[:-1])
+            if (not index or index[-1] != "k" or any(_K.search(part) for part in index[:-1])   # (): a scalar
                     or not node.dtype.is_float or shape[-1] % self.vec):
                 continue
             readers.setdefault((node.arg, index), set()).add(bisect.bisect_right(probe.starts, position) - 1)

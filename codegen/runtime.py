@@ -199,7 +199,7 @@ class DeviceBuffer:
             if nbytes:
                 _cu(driver.cuMemcpyDtoD, self.ptr, pointer, nbytes)
             return
-        array = np.ascontiguousarray(np.asarray(data))
+        array = np.asarray(data, order="C")
         self._check_fits(array.nbytes)
         if array.nbytes:
             _cu(driver.cuMemcpyHtoD, self.ptr, array.ctypes.data, array.nbytes)

@@ -45,7 +45,7 @@ def to_device_layout(array: np.ndarray, dtype: DType) -> np.ndarray:
     """Host array -> the exact bytes device memory holds for `dtype` (bfloat16 as raw bits)."""
     if dtype == DType.BFLOAT16:
         return float_to_bfloat16(np.asarray(array, np.float32))
-    return np.ascontiguousarray(array, dtype=numpy_dtype(dtype))
+    return np.asarray(array, dtype=numpy_dtype(dtype), order="C")   # rank 0 stays rank 0
 
 
 def from_device_layout(raw: np.ndarray, dtype: DType) -> np.ndarray:

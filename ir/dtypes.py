@@ -97,7 +97,7 @@ def round_to_host(values: np.ndarray, dtype: DType) -> np.ndarray:
 
 def float_to_bfloat16(values: np.ndarray) -> np.ndarray:
     """Round float values to bfloat16 (nearest even), returned as raw uint16 bits."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = np.asarray(values, dtype=np.float32, order="C").view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
     nan = np.isnan(np.asarray(values, dtype=np.float32))
     return np.where(nan, 0x7FC0, rounded).astype(np.uint16)

@@ -33,7 +33,7 @@ def _cast(x: np.ndarray, node: Node) -> np.ndarray:
 def _iota(node: Node) -> np.ndarray:
     axis = node.arg
     line = np.arange(node.shape[axis], dtype=np.int32).reshape([-1 if a == axis else 1 for a in range(node.ndim)])
-    return np.ascontiguousarray(np.broadcast_to(line, node.shape))
+    return np.asarray(np.broadcast_to(line, node.shape), order="C")
 
 
 def _reduce(fn: Callable[..., np.ndarray]) -> Callable[[Node, np.ndarray], np.ndarray]:
@@ -67,7 +67,7 @@ SEMANTICS: dict[Op, Callable[..., np.ndarray]] = {
     Op.EXPAND: lambda n, x: np.broadcast_to(x, n.arg),
     Op.SLICE: _slice,
     Op.PAD: lambda n, x: np.pad(x, n.arg),
-    Op.CONTIGUOUS: lambda n, x: np.ascontiguousarray(x),
+    Op.CONTIGUOUS: lambda n, x: np.asarray(x, order="C"),   # (np.ascontiguousarray makes a 0-d array 1-d)
 }
 
 
@@ -115,11 +115,11 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
                     values[id(node)] = IN_PLACE[node.op](*sources, out=values.pop(id(spare)))
                     owned.discard(id(spare))
                 else:
-                    values[id(node)] = SEMANTICS[node.op](node, *sources)
+                    values[id(node)] = np.asarray(SEMANTICS[node.op](node, *sources))
                 if values[id(node)].dtype == np.float64:
                     owned.add(id(node))
-            else:
-                values[id(node)] = SEMANTICS[node.op](node, *(values[id(s)] for s in node.srcs))
+            else:   # numpy gives a scalar, not a 0-d array, for a rank-0 result: keep arrays, `out=` needs them
+                values[id(node)] = np.asarray(SEMANTICS[node.op](node, *(values[id(s)] for s in node.srcs)))
     return values
 
 
