@@ -4,11 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence, cast
 
-from tensorsmith.ir.errors import OutputError, TensorsmithError
+from tensorsmith.ir.errors import InputError, OutputError, TensorsmithError
 
 if TYPE_CHECKING:
     from tensorsmith.search.engine import SearchProgress
@@ -28,7 +29,8 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
                         " an existing folder is replaced only if tensorsmith wrote it")
     parser.add_argument("--force", action="store_true", help="let -o replace an existing folder tensorsmith did not write")
     parser.add_argument("--graph", help="which graph to compile when model.py defines several")
-    parser.add_argument("--budget", type=float, default=60.0, metavar="SECONDS", help="search time budget (default 60)")
+    parser.add_argument("--budget", type=_positive_seconds, default=60.0, metavar="SECONDS",
+                        help="search time budget (default 60; a positive number)")
     parser.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same program")
     parser.add_argument("--no-profile", action="store_true", help="do not time kernels even where a GPU is present")
     parser.add_argument("--cache-dir", help="where compiled programs are cached (default ~/.cache/tensorsmith/programs)")
@@ -36,6 +38,17 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="print each stage's time")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+
+
+def _positive_seconds(text: str) -> float:
+    """An option's value in seconds: a positive number, else argparse's one-line usage error (exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not positive")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,6 +160,12 @@ def _output_for(output: str, model: str, force: bool) -> Path:
     if target == model_path or target in model_path.parents:
         raise OutputError(f"-o {output} holds the model file {model}: saving there would delete it; choose another"
                           f" folder")
+    try:   # a folder that cannot be written is said now, not after the whole compile
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=target.parent):
+            pass
+    except OSError as err:
+        raise OutputError(f"-o {output}: cannot write in {target.parent} ({err.strerror or err})") from None
     return target
 
 
@@ -216,8 +235,11 @@ def run_program(args: argparse.Namespace) -> int:
     from .program import load
     program = load(args.folder)
     if args.inputs:
-        with np.load(args.inputs) as data:
-            inputs = {name: data[name] for name in data.files}
+        try:
+            with np.load(args.inputs) as data:
+                inputs = {name: data[name] for name in data.files}
+        except (OSError, ValueError) as err:   # missing, unreadable, or not an .npz
+            raise InputError(f"--inputs {args.inputs}: cannot read it as an .npz of arrays ({err})") from None
     else:
         inputs = random_inputs(program.graph, args.seed)
     outputs = program(device=args.device, **inputs)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 from tensorsmith import rewrites, search
 from tensorsmith.codegen.nvrtc import compile_many
 from tensorsmith.codegen.render import MEASURED_PLACEHOLDER, RenderedKernel, render_program
-from tensorsmith.ir.errors import DeviceError, GraphError, TensorsmithError
+from tensorsmith.ir.errors import DeviceError, GraphError, InputError, TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.interpreter import evaluate
 from tensorsmith.ir.kernel_program import KernelProgram
@@ -182,6 +182,8 @@ def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: in
     """
     if not graph.outputs:
         raise GraphError(f"graph {graph.name!r} has no outputs; register one with graph.output(name, tensor)")
+    if not budget_s > 0:
+        raise InputError(f"the search budget must be a positive number of seconds, got {budget_s!r}")
     if getattr(multiprocessing.current_process(), "_inheriting", False):   # a spawned worker importing __main__
         raise TensorsmithError("compile() was called while a tensorsmith worker process imported the main script;"
                                " call it under `if __name__ == '__main__':`")

@@ -62,12 +62,16 @@ class Program:
     compiler_version: str = ""
     report: dict[str, Any] = field(default_factory=dict)
 
-    def __call__(self, device: str | None = None, **inputs: object) -> dict[str, Any]:
+    def __call__(self, *positional: object, device: str | None = None, **inputs: object) -> dict[str, Any]:
         """Run on `device` ("cuda" or "cpu"; default: the GPU where there is one, else the CPU).
 
-        numpy arrays in give numpy arrays out. Given torch tensors or cupy arrays that are already on the
-        GPU, the kernels read them where they are and the outputs come back in the same framework.
+        Inputs are given by name. numpy arrays in give numpy arrays out. Given torch tensors or cupy arrays that
+        are already on the GPU, the kernels read them where they are and the outputs come back in the same
+        framework.
         """
+        if positional:
+            raise InputError(f"program {self.name!r} takes its inputs by name: prog("
+                             f"{', '.join(f'{name}=...' for name in self.inputs)})")
         from tensorsmith.codegen.runtime import gpu_available
 
         from .executor import is_device_array, run_on_device_arrays

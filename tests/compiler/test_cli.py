@@ -255,3 +255,53 @@ def test_the_errors_users_catch_are_exported() -> None:
     import tensorsmith as ts
     for name in ("DeviceError", "CompileError", "OutputError", "InputError", "ShapeError"):
         assert issubclass(getattr(ts, name), ts.TensorsmithError)
+
+
+# ---- the user's mistakes said in one line, before the work (issue 18, items 6, 7 and 8) ---------------------
+
+@pytest.mark.parametrize("budget", ["-5", "0", "nan", "soon"])
+def test_a_budget_that_is_not_a_positive_number_is_refused(budget: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    model = _rmsnorm_model(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(["compile", str(model), "-o", str(tmp_path / "out"), "--budget", budget, "--no-profile"])
+    assert stop.value.code == 2 and "--budget" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_compile_from_python_refuses_a_non_positive_budget() -> None:
+    import tensorsmith as ts
+    from tensorsmith.model_loader import load_graph
+    with pytest.raises(ts.InputError, match="budget must be a positive"):
+        ts.compile(load_graph(ROOT / "examples" / "rmsnorm.py"), budget_s=-5)
+
+
+def test_an_output_that_cannot_be_written_is_said_before_compiling(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    model = _rmsnorm_model(tmp_path / "project")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    assert main(["compile", str(model), "-o", str(blocker / "out"), "--no-profile"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: -o {blocker / 'out'}: cannot write in") and len(err) <= 2
+    assert "search" not in "\n".join(err[:-1])          # no stage started
+
+
+def test_run_with_missing_inputs_is_the_users_mistake(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = _rmsnorm_model(tmp_path / "project")
+    assert main(["compile", str(model), "-o", str(tmp_path / "out"), "--no-profile", "-q"]) == 0
+    assert main(["run", str(tmp_path / "out"), "--inputs", str(tmp_path / "missing.npz"), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--inputs" in err[0] and "missing.npz" in err[0]
+
+
+def test_a_program_called_with_an_unnamed_array_says_to_name_it() -> None:
+    import numpy as np
+
+    import tensorsmith as ts
+    g = ts.Graph("double")
+    g.output("y", g.input("x", (4,), "float32") * 2)
+    program = ts.compile(g, profile=False)
+    with pytest.raises(ts.InputError, match=r"takes its inputs by name: prog\(x=\.\.\.\)"):
+        program(np.ones(4, np.float32))
+    assert (program(x=np.ones(4, np.float32), device="cpu")["y"] == 2).all()
