@@ -9,14 +9,13 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence, cast
 
+from tensorsmith.bench.command import add_arguments as add_bench_arguments
+from tensorsmith.bench.command import run_bench
 from tensorsmith.ir.errors import InputError, OutputError, TensorsmithError
+from tensorsmith.ir.targets import TARGETS
 
 if TYPE_CHECKING:
     from tensorsmith.search.engine import SearchProgress
-
-from tensorsmith.bench.command import add_arguments as add_bench_arguments
-from tensorsmith.bench.command import run_bench
-from tensorsmith.ir.targets import TARGETS
 
 USAGE_ERRORS = 2   # bad input from the user: a model that raises, an unknown target, a missing file
 FAILURE = 1        # tensorsmith itself failed: a compile error, a wrong kernel, a GPU fault
@@ -160,12 +159,14 @@ def _output_for(output: str, model: str, force: bool) -> Path:
     if target == model_path or target in model_path.parents:
         raise OutputError(f"-o {output} holds the model file {model}: saving there would delete it; choose another"
                           f" folder")
+    existing = next(folder for folder in target.parents if folder.exists())   # nothing is made before the compile
     try:   # a folder that cannot be written is said now, not after the whole compile
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=target.parent):
+        if not existing.is_dir():
+            raise NotADirectoryError(f"{existing} is a file")
+        with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as err:
-        raise OutputError(f"-o {output}: cannot write in {target.parent} ({err.strerror or err})") from None
+        raise OutputError(f"-o {output}: cannot write in {existing} ({err.strerror or err})") from None
     return target
 
 
