@@ -13,8 +13,8 @@ and says which of "crash", "compile error", "rejected", "wrong" or "ok" it is.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

@@ -7,7 +7,7 @@ from tensorsmith.bench import Case, causal_attention_flops
 try:
     import torch.nn.functional as F
 except ImportError:   # the graphs build without torch; only the references need it
-    F = None
+    F = None  # type: ignore[assignment]
 
 HEAD_DIM = 128
 PREFILL = (4, 32, 2048)                 # batch, heads, tokens

@@ -9,7 +9,7 @@ try:
     import torch
     import torch.nn.functional as F
 except ImportError:   # the graphs build without torch; only the references need it
-    torch = F = None
+    torch = F = None  # type: ignore[assignment]
 
 WIDTH, HEADS, FFN = 2048, 16, 5632
 HEAD_DIM = WIDTH // HEADS

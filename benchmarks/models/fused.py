@@ -8,7 +8,7 @@ from tensorsmith.suite.blocks import BIAS_STD, GPT2_BATCH, GPT2_TOKENS, GPT2_WID
 try:
     import torch.nn.functional as F
 except ImportError:   # the graphs build without torch; only the references need it
-    F = None
+    F = None  # type: ignore[assignment]
 
 WIDTH, FFN = 4096, 11008           # Llama-7B
 LORA_RANK, LORA_SCALE = 16, 2.0    # alpha / rank with alpha = 32

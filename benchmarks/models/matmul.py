@@ -7,7 +7,7 @@ from tensorsmith.bench import Case
 try:
     import torch.nn.functional as F
 except ImportError:   # the graphs build without torch; only the references need it
-    F = None
+    F = None  # type: ignore[assignment]
 
 ROWS = (16, 128, 4096)
 OUT_IN = ((4096, 4096), (11008, 4096), (4096, 11008))

@@ -6,7 +6,7 @@ from tensorsmith.bench import Case
 try:
     import torch.nn.functional as F
 except ImportError:   # the graphs build without torch; only the references need it
-    F = None
+    F = None  # type: ignore[assignment]
 
 ROWS, COLS = 8192, 8192
 RMS_EPS, LAYER_NORM_EPS = 1e-6, 1e-5

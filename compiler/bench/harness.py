@@ -15,6 +15,7 @@ import time
 import types
 import zlib
 from collections.abc import Callable, Iterator
+from functools import partial
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.knobs import CACHE_DIR_ENV
 from tensorsmith.search.verify import tolerance
 
-from ..executor import bind_device_arrays
+from ..executor import Session, bind_device_arrays
 from ..pipeline import VERSION
 from ..pipeline import compile as ts_compile
 from ..program import Program
@@ -184,7 +185,8 @@ class Harness:
             row.call.error = relative_error(self.torch, program(**tensors), truth)
             session, outputs = bind_device_arrays(program, tensors, stack)
             for output in outputs.values():     # poisoned: an element the kernels do not write fails the check
-                output.fill_(float("nan") if output.is_floating_point() else -1)
+                poison = float("nan") if output.is_floating_point() else -1  # type: ignore[attr-defined]
+                output.fill_(poison)  # type: ignore[attr-defined]
             session.run_all()
             row.kernels.error = relative_error(self.torch, outputs, truth)
         except Exception as err:
@@ -196,8 +198,7 @@ class Harness:
                 measured.failure = f"output differs from PyTorch's: relative L2 error {measured.error:.3g} > {limit:g}"
         if row.kernels.wrong or row.call.wrong:
             return
-        # the session writes into `outputs`: the closure keeps them alive for as long as it is timed
-        runs["kernels"], runs["call"] = lambda: (session.run_all(), outputs), lambda: program(**tensors)
+        runs["kernels"], runs["call"] = partial(_run_into, session, outputs), lambda: program(**tensors)
 
     def _check_baseline(self, name: str, case: Case, tensors: dict[str, Any], truth: dict[str, Any], limit: float,
                         row: Row, runs: dict[str, Callable[[], object]]) -> None:
@@ -234,6 +235,11 @@ def _cache_at(root: Path | None) -> Iterator[None]:
             os.environ.pop(CACHE_DIR_ENV, None)
         else:
             os.environ[CACHE_DIR_ENV] = before
+
+
+def _run_into(session: Session, outputs: dict[str, Any]) -> None:
+    """The session's launches; holding `outputs` here keeps the arrays it writes alive as long as it is timed."""
+    session.run_all()
 
 
 def _driver_version() -> str:

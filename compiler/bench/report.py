@@ -61,8 +61,11 @@ class Row:
     def best_baseline(self, gpu_time: bool = False) -> tuple[str, float] | None:
         """The fastest baseline that ran and was right, with its ms (as called, or with `gpu_time` the GPU's alone
         where the run measured that)."""
-        timed = [(name, _time(m, gpu_time)) for name, m in self.baselines.items() if m.failure is None]
-        timed = [(name, ms) for name, ms in timed if ms]
+        timed: list[tuple[str, float]] = []
+        for name, m in self.baselines.items():
+            ms = _time(m, gpu_time)
+            if m.failure is None and ms:
+                timed.append((name, ms))
         return min(timed, key=lambda t: t[1]) if timed else None
 
     def speedup(self, ours: Measured) -> float | None:
@@ -233,9 +236,11 @@ def from_json(text: str) -> tuple[dict[str, Any], list[Row]]:
     if not isinstance(doc, dict) or doc.get("format") != RESULTS_FORMAT:
         raise ValueError(f"not a results document of format {RESULTS_FORMAT}")
     meta, rows = doc.get("meta"), doc.get("rows")
-    missing = [key for key in META_KEYS if not isinstance(meta, dict) or key not in meta]
-    if missing or not isinstance(rows, list):
-        raise ValueError(f"its meta lacks {', '.join(missing)}" if missing else "it has no list of rows")
+    if not isinstance(meta, dict) or not isinstance(rows, list):
+        raise ValueError("it has no meta or no list of rows")
+    missing = [key for key in META_KEYS if key not in meta]
+    if missing:
+        raise ValueError(f"its meta lacks {', '.join(missing)}")
     parsed = []
     for r in rows:
         r = dict(r)
