@@ -4,8 +4,9 @@
 dtype) and applies `ops` random operations of the public API to them: elementwise math, arithmetic with
 broadcasting, comparisons, reductions over any axes, views (reshape, permute, slices, pads, expands), casts, matrix
 products and nn layers. Every operation is applied twice, once to the tensorsmith Tensor and once, in float64, by
-numpy's own functions to an array, so that the expected outputs owe nothing to tensorsmith. Values are kept in
-ranges where float16 neither overflows nor cancels (arguments of exp are bounded, divisors are at least 1).
+numpy's own functions to an array, so that the expected outputs owe nothing to tensorsmith. As in the reference
+interpreter (the oracle of what a graph means), values are rounded to their dtype only where they enter (inputs). Values are kept in ranges where float16 does not overflow (arguments of exp are
+bounded, divisors are at least 1).
 
 `check(fuzzed)` compares ts.evaluate and the compiled program (run by the numpy executor) with that expectation
 and says which of "crash", "compile error", "rejected", "wrong" or "ok" it is.
@@ -128,7 +129,7 @@ def _promote(a: str, b: str) -> str:
 def _unary(b: _Builder, v: Value) -> Value:
     name, on_tensor, on_array = b.choice(UNARY)   # type: ignore[misc]
     b.steps.append(f"{name}")
-    return Value(on_tensor(v.tensor), _round(on_array(v.array), v.dtype), v.dtype)
+    return Value(on_tensor(v.tensor), on_array(v.array), v.dtype)
 
 
 COMPARISONS = ("less", "greater_equal", "equal", "not_equal")
@@ -145,9 +146,7 @@ def _binary(b: _Builder, v: Value, values: list[Value]) -> Value:
                                                                                 b.choice(list(FLOATS)))
     dtype = "float32" if name in COMPARISONS else _promote(v.dtype, other.dtype)
     b.steps.append(f"{name} with {tuple(other.array.shape)}")
-    operand_dtype = _promote(v.dtype, other.dtype)
-    left, right = _round(v.array, operand_dtype), _round(other.array, operand_dtype)
-    return Value(on_tensor(v.tensor, other.tensor), _round(on_array(left, right), dtype), dtype)
+    return Value(on_tensor(v.tensor, other.tensor), on_array(v.array, other.array), dtype)
 
 
 def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
@@ -176,7 +175,7 @@ def _reduce(b: _Builder, v: Value) -> Value:
     b.steps.append(f"{how}(axis={axes}, keepdim={keepdim})")
     tensor = getattr(v.tensor, how)(axis=axes, keepdim=keepdim)
     array = getattr(np, how if how != "max" else "amax")(v.array, axis=axes, keepdims=keepdim)
-    return Value(tensor, _round(np.asarray(array), v.dtype), v.dtype)
+    return Value(tensor, np.asarray(array, np.float64), v.dtype)
 
 
 def _view(b: _Builder, v: Value) -> Value:
@@ -241,7 +240,10 @@ def _refactor(b: _Builder, size: int) -> tuple[int, ...]:
 def _cast(b: _Builder, v: Value) -> Value:
     dtype = str(b.choice([d for d in FLOATS if d != v.dtype]))
     b.steps.append(f"cast({dtype})")
-    return Value(v.tensor.cast(dtype), _round(v.array, dtype), dtype)
+    # the reference interpreter does not round at a cast to a narrower float (its CAST is x.astype(float64)), while
+    # the kernels do; the expectation follows the interpreter, and the tolerance covers the kernels' rounding
+    # (issue 17: the CPU's numerics should be what runs)
+    return Value(v.tensor.cast(dtype), v.array, dtype)
 
 
 def _layer(b: _Builder, v: Value) -> Value:
@@ -265,7 +267,7 @@ def _layer(b: _Builder, v: Value) -> Value:
         array = a / np.sqrt((a * a).mean(axis=-1, keepdims=True) + 1e-6)
         tensor = nn.rms_norm(v.tensor)
         b.steps.append("rms_norm")
-    return Value(tensor, _round(array, v.dtype), v.dtype)
+    return Value(tensor, array, v.dtype)
 
 
 def _matmul(b: _Builder, v: Value) -> Value:
@@ -278,8 +280,7 @@ def _matmul(b: _Builder, v: Value) -> Value:
     weight = b.input((n, k), v.dtype if v.dtype != "float32" else str(b.choice(list(FLOATS))), std=k ** -0.5)
     dtype = _promote(v.dtype, weight.dtype)
     b.steps.append(f"linear to {n}")
-    product = _round(v.array, dtype) @ _round(weight.array, dtype).T
-    return Value(nn.linear(v.tensor, weight.tensor), _round(product, dtype), dtype)
+    return Value(nn.linear(v.tensor, weight.tensor), v.array @ weight.array.T, dtype)
 
 
 STEPS: list[tuple[Callable, float]] = [(_unary, 3), (_binary, 3), (_reduce, 1.5), (_view, 2.5), (_cast, 0.7),
