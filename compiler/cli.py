@@ -24,9 +24,11 @@ FAILURE = 1        # tensorsmith itself failed: a compile error, a wrong kernel,
 def _compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="a model.py defining a tensorsmith Graph (module level, or build() returning one)")
     parser.add_argument("--target", default="sm90", help=f"GPU to compile for: {', '.join(TARGETS)} (default sm90)")
-    parser.add_argument("-o", "--output", default="out", help="folder to write kernels/ and program.json to (default out/);"
-                        " an existing folder is replaced only if tensorsmith wrote it")
-    parser.add_argument("--force", action="store_true", help="let -o replace an existing folder tensorsmith did not write")
+    parser.add_argument("-o", "--output", default="out",
+                        help="folder to write kernels/ and program.json to (default out/); an existing folder is"
+                             " replaced only if tensorsmith wrote it")
+    parser.add_argument("--force", action="store_true",
+                        help="let -o replace an existing folder tensorsmith did not write")
     parser.add_argument("--graph", help="which graph to compile when model.py defines several")
     parser.add_argument("--budget", type=_positive_seconds, default=60.0, metavar="SECONDS",
                         help="search time budget (default 60; a positive number)")

@@ -5,8 +5,8 @@ dtype) and applies `ops` random operations of the public API to them: elementwis
 broadcasting, comparisons, reductions over any axes, views (reshape, permute, slices, pads, expands), casts, matrix
 products and nn layers. Every operation is applied twice, once to the tensorsmith Tensor and once, in float64, by
 numpy's own functions to an array, so that the expected outputs owe nothing to tensorsmith. As in the reference
-interpreter (the oracle of what a graph means), values are rounded to their dtype only where they enter (inputs). Values are kept in ranges where float16 does not overflow (arguments of exp are
-bounded, divisors are at least 1).
+interpreter (the oracle of what a graph means), values are rounded to their dtype only where they enter (inputs).
+Values are kept in ranges where float16 does not overflow (arguments of exp are bounded, divisors are at least 1).
 
 `check(fuzzed)` compares ts.evaluate and the compiled program (run by the numpy executor) with that expectation
 and says which of "crash", "compile error", "rejected", "wrong" or "ok" it is.

@@ -54,8 +54,8 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
     cases = select(load_suite(), args.cases)
     if args.list:
         for case in cases:
-            print(f"{case.name:30s} {case.family:13s} {case.bytes_moved() / 1e6:9.1f} MB {case.matmul_flops() / 1e9:9.1f}"
-                  f" GFLOP  {case.note}")
+            print(f"{case.name:30s} {case.family:13s} {case.bytes_moved() / 1e6:9.1f} MB "
+                  f"{case.matmul_flops() / 1e9:9.1f} GFLOP  {case.note}")
         return 0
     output = Path(args.output) if args.output else None
     if output is not None and output.is_dir():
@@ -162,7 +162,8 @@ def _torch_on_gpu() -> Any:
     try:
         import torch
     except ImportError:
-        raise BenchError("tensorsmith bench compares with PyTorch, which is not installed (pip install torch)") from None
+        raise BenchError("tensorsmith bench compares with PyTorch, which is not installed (pip install torch)") \
+            from None
     if not torch.cuda.is_available():
         raise BenchError(f"PyTorch {torch.__version__} sees no GPU (a CPU-only build?); tensorsmith bench needs CUDA")
     return torch

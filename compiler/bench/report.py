@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tensorsmith.ir.errors import TensorsmithError
+
 SECTION_BEGIN = "<!-- tensorsmith bench: begin (written by `tensorsmith bench -o`; edits inside are replaced) -->"
 SECTION_END = "<!-- tensorsmith bench: end -->"
 RESULTS_FORMAT = 1
@@ -169,8 +171,8 @@ def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
     lines = [f"## `tensorsmith bench` ({meta['date']}, commit {meta['commit']})", "",
              f"{meta['gpu']}, driver {meta['driver']}, torch {meta['torch']}, tensorsmith {meta['tensorsmith']}; "
              f"device copy {meta['copy_tb_s']:.2f} TB/s, float16 matmul {meta['matmul_tflop_s']:.0f} TFLOP/s "
-             f"(each case's floor is its bytes at the one or its FLOPs at the other, at the rates its own run measured); search budget "
-             f"{meta['budget_s']} s a case; command: `{meta['command']}`.", "",
+             f"(each case's floor is its bytes at the one or its FLOPs at the other, at the rates its own run "
+             f"measured); search budget {meta['budget_s']} s a case; command: `{meta['command']}`.", "",
              "Times are CUDA-event medians, L2 flushed before every run, all columns of a case timed in turns in one "
              "process on the same inputs (weights N(0, 1/fan_in), activations N(0, 1)). *kernels*: tensorsmith's "
              "launches queued behind a sleeping kernel, so the GPU's time alone; *call*: `prog(**torch_tensors)` as a "
@@ -193,7 +195,7 @@ def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
         for label, m in failures:
             problems.append(f"- **{row.case}**, {label}: {m.failure}")
         if (reason := row.why_slower()):
-            best = row.best_baseline()
+            best = row.best_baseline(gpu_time=True)
             problems.append(f"- **{row.case}** slower than {best[0] if best else '-'}: {reason}")
     if problems:
         lines += ["Failures, and where tensorsmith is slower than its best baseline (from its own kernel times):", "",
@@ -211,7 +213,7 @@ def write_markdown(path: Path, section: str) -> None:
     if begin >= 0 and end >= 0:
         text = text[:begin] + block + text[end + len(SECTION_END):]
     elif begin >= 0 or SECTION_END in text:
-        raise ValueError(f"{path} has one bench marker without the other; mend or remove it by hand")
+        raise TensorsmithError(f"{path} has one bench marker without the other; mend or remove it by hand")
     elif text.startswith("# "):
         title, _, rest = text.partition("\n")
         text = f"{title}\n\n{block}\n" + (f"\n{rest.lstrip(chr(10))}" if rest.strip() else "")

@@ -11,6 +11,7 @@ import pytest
 
 from tensorsmith.bench.report import (SECTION_BEGIN, SECTION_END, KernelTime, Measured, Row, from_json, markdown,
                                       summary, table_rows, to_json, write_markdown, write_results)
+from tensorsmith.ir.errors import TensorsmithError
 
 META = {"date": "2026-12-01", "commit": "abc1234", "gpu": "NVIDIA H200", "driver": "580", "torch": "2.11",
         "tensorsmith": "0.1.0", "copy_tb_s": 4.2, "matmul_tflop_s": 760.0, "budget_s": 5.0,
@@ -92,7 +93,7 @@ def test_a_file_without_a_title_gets_the_section_at_its_end_and_a_lone_marker_is
     write_markdown(path, "run")
     assert path.read_text().startswith("intro line one\nline two\n\n" + SECTION_BEGIN)
     path.write_text(f"{SECTION_END}\ntext\n")
-    with pytest.raises(ValueError, match="one bench marker without the other"):
+    with pytest.raises(TensorsmithError, match="one bench marker without the other"):
         write_markdown(path, "run")
 
 
