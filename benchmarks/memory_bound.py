@@ -19,6 +19,7 @@ import torch
 
 import tensorsmith as ts
 from tensorsmith import nn
+from tensorsmith.bench.timing import L2_FLUSH_BYTES, SLEEP_CYCLES
 from tensorsmith.search.verify import relative_l2
 
 
@@ -67,7 +68,7 @@ def graphs(rows: int, cols: int) -> dict[str, tuple[ts.Graph, callable]]:
 
 def time_torch(fn, args, repeat: int = 50) -> float:
     """Median ms of `fn(*args)` with CUDA events, L2 flushed before each run."""
-    flush = torch.empty(2 * 60 * 2**20, dtype=torch.uint8, device="cuda")
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     for _ in range(5):
         fn(*args)
     times = []
@@ -82,9 +83,6 @@ def time_torch(fn, args, repeat: int = 50) -> float:
     return statistics.median(times)
 
 
-SLEEP_CYCLES = 50_000_000   # about 30 ms at the H200's clocks: longer than Python takes to queue a round
-
-
 def time_interleaved(runs: dict[str, Callable[[], object]], rounds: int = 6, repeat: int = 10) -> dict[str, float]:
     """Median ms of each of `runs`, timed in turns: `rounds` rounds in which each run goes `repeat` times, L2
     flushed before every run and a round's runs queued behind a sleeping kernel before one synchronize (so that
@@ -92,7 +90,7 @@ def time_interleaved(runs: dict[str, Callable[[], object]], rounds: int = 6, rep
     a benchmark falls on each run alike (timed one after the other, cuBLAS and SDPA moved by up to 14% between
     runs of the same script). Every run must use torch's current stream, as the launches of
     tensorsmith.codegen.runtime (the legacy default stream) do."""
-    flush = torch.empty(2 * 60 * 2**20, dtype=torch.uint8, device="cuda")
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     for run in runs.values():
         for _ in range(3):
             run()

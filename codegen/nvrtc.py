@@ -34,7 +34,6 @@ import re
 import shlex
 import struct
 import sys
-import tempfile
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -45,6 +44,7 @@ from pathlib import Path
 from cuda.bindings import nvrtc
 
 from tensorsmith.ir.errors import CompileError, TargetError
+from tensorsmith.ir.files import write_atomic
 from tensorsmith.ir.knobs import cache_root, compile_workers
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ def _compile_job(job: _Job) -> bytes:
     result = run_nvrtc(job.source, job.name, build_options(job.arch, job.options))
     if result.cubin is None:
         raise _compile_error(job, result.log)
-    _write_atomic(job.entry, result.cubin)
+    write_atomic(job.entry, result.cubin)
     return result.cubin
 
 
@@ -337,25 +337,12 @@ def _read_cached(path: Path) -> bytes | None:
     return None
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see the old file or the whole new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def _compile_error(job: _Job, text: str) -> CompileError:
     """A CompileError with the first error line, the saved source and a command that reproduces it."""
     stem = Path(_file_name(job.name)).stem
     saved = job.failed_dir / f"{stem}-{job.entry.stem[:12]}.cu"
-    _write_atomic(saved, job.source.encode())
-    _write_atomic(saved.with_suffix(".log"), text.encode())
+    write_atomic(saved, job.source.encode())
+    write_atomic(saved.with_suffix(".log"), text.encode())
     command = ["python", "-m", "tensorsmith.codegen.nvrtc", str(saved), "--arch", job.arch]
     if job.options:
         command += ["--", *job.options]

@@ -1,10 +1,11 @@
 """A benchmark case: a graph written as users write models, its PyTorch reference, and what bounds its speed."""
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from tensorsmith.ir.errors import TensorsmithError
@@ -51,7 +52,11 @@ class Case:
 
     def input_std(self, name: str) -> float:
         """The standard deviation `name` is drawn with."""
-        return self.std[name] if name in self.std else weight_scales(self.graph).get(name, 1.0)
+        return self.std[name] if name in self.std else self._weight_scales.get(name, 1.0)
+
+    @functools.cached_property
+    def _weight_scales(self) -> dict[str, float]:
+        return weight_scales(self.graph)      # a walk of the whole graph: once per case, not once per input
 
     def bytes_moved(self) -> int:
         """The fewest bytes any program must move: every input read once, every output written once."""

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tensorsmith.ir.errors import TensorsmithError
+from tensorsmith.ir.files import write_atomic
 
 SECTION_BEGIN = "<!-- tensorsmith bench: begin (written by `tensorsmith bench -o`; edits inside are replaced) -->"
 SECTION_END = "<!-- tensorsmith bench: end -->"
@@ -219,7 +218,7 @@ def write_markdown(path: Path, section: str) -> None:
         text = f"{title}\n\n{block}\n" + (f"\n{rest.lstrip(chr(10))}" if rest.strip() else "")
     else:
         text = text.rstrip("\n") + f"\n\n{block}\n" if text.strip() else f"{block}\n"
-    _write_atomic(path, text)
+    write_atomic(path, text.encode())
 
 
 def to_json(meta: dict[str, Any], rows: list[Row]) -> str:
@@ -256,22 +255,9 @@ def from_json(text: str) -> tuple[dict[str, Any], list[Row]]:
     return meta, parsed
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file beside it, so that a reader never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def write_results(markdown_path: Path, meta: dict[str, Any], rows: list[Row]) -> Path:
     """BENCHMARKS.md's section and, beside it, the JSON of every number (<stem>.json); returns the JSON's path."""
     json_path = markdown_path.with_suffix(".json")
-    _write_atomic(json_path, to_json(meta, rows))
+    write_atomic(json_path, to_json(meta, rows).encode())
     write_markdown(markdown_path, markdown(meta, rows))
     return json_path
