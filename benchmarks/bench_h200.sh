@@ -12,6 +12,7 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation --upgrade --
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 if [ -n "${TESTS:-}" ]; then
-    TENSORSMITH_CACHE_DIR=/tmp/ts-test-cache python3 -m pytest -p no:cacheprovider -m gpu -q $TESTS 2>&1 | tail -4
+    TENSORSMITH_CACHE_DIR=/tmp/ts-test-cache python3 -m pytest -p no:cacheprovider -m gpu -q -rfE $TESTS 2>&1 \
+        | tee "$OUT/$NAME-tests.log" | grep -E "^(FAILED|ERROR)|passed|failed" | tail -20
 fi
 python3 -m tensorsmith.cli bench --commit "${COMMIT:-unknown}" -o "$OUT/$NAME.md" "$@" 2>&1 | tee "$OUT/$NAME.log"

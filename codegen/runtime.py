@@ -11,7 +11,8 @@ Everything runs in device 0's primary context (the one the CUDA runtime, torch a
 so pointers from those libraries are valid here. Work goes to the legacy default stream unless a
 stream is given; the synchronous copies of DeviceBuffer wait for it. Kernel faults are reported
 late, by the next call that synchronizes: `launch(..., sync=True)` or `synchronize()` pins them to
-one kernel.
+one kernel. `LaunchGraph` holds a sequence of launches as one CUDA graph, replayed on any stream
+with one call.
 
 Only the driver API is used: on a machine without a driver a cuda.core runtime object can leave
 a lock held so that the next `Device()` hangs for ever (see DESIGN.md), so nothing here touches
@@ -171,15 +172,26 @@ def _device_properties() -> dict[str, Any]:
 # ---- memory -------------------------------------------------------------------------------------
 
 
+_allocations = 0   # cuMemAlloc calls made by DeviceBuffer in this process
+
+
+def allocation_count() -> int:
+    """How many device allocations (cuMemAlloc) DeviceBuffer has made in this process: a call that should reuse its
+    memory can be shown to."""
+    return _allocations
+
+
 class DeviceBuffer:
     """A block of GPU memory: upload, download, poison with a byte; freed by free(), `with` or GC."""
 
     def __init__(self, nbytes: int):
+        global _allocations
         _ensure_context()
         if nbytes < 0:
             raise InputError(f"a device buffer needs nbytes >= 0, got {nbytes}")
         self.nbytes = int(nbytes)
         self.ptr: int = int(_cu(driver.cuMemAlloc, max(self.nbytes, 1)))  # cuMemAlloc(0) is an error
+        _allocations += 1
         self._finalizer = weakref.finalize(self, _release, driver.cuMemFree, self.ptr)
         self._finalizer.atexit = False  # at exit the process gives the memory back anyway
 
@@ -415,6 +427,72 @@ def launch(
     _last_launch = function.name
     if sync:
         synchronize()
+
+
+def stream_is_capturing(stream: int) -> bool:
+    """Whether work queued on `stream` is being captured into a CUDA graph (torch.cuda.graph, cupy's capture)
+    rather than run: then launches must go to the stream one by one, and nothing may synchronize."""
+    _ensure_context()
+    return _cu(driver.cuStreamIsCapturing, stream) != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch, as `launch` takes it."""
+
+    function: Function
+    grid: Dim3
+    block: Dim3
+    args: Sequence[Any]
+    shared_bytes: int = 0
+
+
+def _node_params(item: Launch, packed: PackedArgs) -> driver.CUDA_KERNEL_NODE_PARAMS:
+    """The kernel node of `item`; the driver copies the argument values when the node is added or set."""
+    item.function.allow_dynamic_shared(item.shared_bytes)
+    params = driver.CUDA_KERNEL_NODE_PARAMS()
+    params.func = item.function.handle
+    params.gridDimX, params.gridDimY, params.gridDimZ = item.grid
+    params.blockDimX, params.blockDimY, params.blockDimZ = item.block
+    params.sharedMemBytes = item.shared_bytes
+    params.kernelParams = packed.address
+    params.extra = 0
+    return params
+
+
+class LaunchGraph:
+    """Launches in a fixed order as one instantiated CUDA graph: `replay(stream)` queues them all with one driver
+    call, leaving no launch gaps of Python's between them. A launch's arguments can be replaced (`set_args`) for
+    the replays after, including while an earlier replay still runs."""
+
+    def __init__(self, launches: Sequence[Launch]):
+        _ensure_context()
+        self.launches = list(launches)
+        self.description = f"the graph of {', '.join(item.function.name for item in self.launches)}"  # for errors
+        graph = _cu(driver.cuGraphCreate, 0)
+        finalize_graph = weakref.finalize(self, _release, driver.cuGraphDestroy, graph)
+        finalize_graph.atexit = False
+        self.nodes: list[driver.CUgraphNode] = []
+        for item in self.launches:
+            deps = self.nodes[-1:]
+            self.nodes.append(_cu(driver.cuGraphAddKernelNode, graph, deps, len(deps),
+                                  _node_params(item, pack_args(item.args))))
+        self.handle: driver.CUgraphExec = _cu(driver.cuGraphInstantiate, graph, 0)
+        finalize_exec = weakref.finalize(self, _release, driver.cuGraphExecDestroy, self.handle)
+        finalize_exec.atexit = False
+
+    def set_args(self, position: int, args: Sequence[Any]) -> None:
+        """Launch `position` takes `args` from the next replay on."""
+        item = self.launches[position]
+        self.launches[position] = Launch(item.function, item.grid, item.block, args, item.shared_bytes)
+        _cu(driver.cuGraphExecKernelNodeSetParams, self.handle, self.nodes[position],
+            _node_params(self.launches[position], pack_args(args)))
+
+    def replay(self, stream: int = 0) -> None:
+        """Queue every launch on `stream`, in order."""
+        global _last_launch
+        _cu(driver.cuGraphLaunch, self.handle, stream)
+        _last_launch = self.description
 
 
 # ---- timing -------------------------------------------------------------------------------------

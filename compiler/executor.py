@@ -15,18 +15,19 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import threading
 import weakref
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from statistics import median
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from tensorsmith.codegen import runtime
 from tensorsmith.codegen.tensor_map import launch_arguments
 from tensorsmith.ir.dtypes import DType, bfloat16_to_float, float_to_bfloat16, numpy_dtype
-from tensorsmith.ir.errors import DeviceError, InputError, KernelFault
+from tensorsmith.ir.errors import DeviceError, KernelFault
 from tensorsmith.ir.kernel_program import Buffer
 
 from .isolation import Worker, WorkerCrashed, WorkerStartFailed, WorkerTimedOut
@@ -74,13 +75,19 @@ def launch_grid(kernel: CompiledKernel, sm_count: int) -> tuple[int, int, int]:
     return (min(kernel.grid[0], sm_count), kernel.grid[1], kernel.grid[2])
 
 
+def kernel_launch(kernel: CompiledKernel, function: runtime.Function, pointers: dict[str, int]) -> runtime.Launch:
+    """`kernel`'s launch on this GPU with its buffers at `pointers` (and its tensor maps encoded for them)."""
+    return runtime.Launch(function, launch_grid(kernel, runtime.sm_count()), kernel.block,
+                          launch_arguments(kernel.params, kernel.tensor_maps, pointers), kernel.shared_bytes)
+
+
 # Each Program's loaded kernels, so that calling it again does not load its modules again: keyed by the
 # Program's id and dropped when the Program is collected; within, by (name, cubin), so a kernel swapped in
 # is loaded and the one it replaced is let go.
 _loaded: dict[int, dict[tuple[str, bytes], runtime.Function]] = {}
 
 
-def _functions(program: Program | LaunchPlan) -> list[runtime.Function]:
+def loaded_functions(program: Program | LaunchPlan) -> list[runtime.Function]:
     """The loaded kernel functions of `program`, in launch order (a LaunchPlan's are loaded each time)."""
     keys = [(kernel.name, kernel.cubin) for kernel in program.kernels]
     if isinstance(program, LaunchPlan):
@@ -107,7 +114,7 @@ class Session:
     borrowed: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.functions = _functions(self.program)
+        self.functions = loaded_functions(self.program)
         self.memory = {name: self.stack.enter_context(runtime.DeviceBuffer(max(buf.nbytes, 1)))
                        for name, buf in self.program.buffers.items() if name not in self.borrowed}
         self.pointers = {**{name: buf.ptr for name, buf in self.memory.items()}, **self.borrowed}
@@ -120,10 +127,13 @@ class Session:
                 self.memory[name].fill_bytes(POISON_BYTE)
 
     def launch(self, position: int) -> None:
-        kernel = self.program.kernels[position]
-        args = launch_arguments(kernel.params, kernel.tensor_maps, self.pointers)
-        grid = launch_grid(kernel, runtime.sm_count())
-        runtime.launch(self.functions[position], grid, kernel.block, args, kernel.shared_bytes)
+        item = kernel_launch(self.program.kernels[position], self.functions[position], self.pointers)
+        runtime.launch(item.function, item.grid, item.block, item.args, item.shared_bytes)
+
+    def launches(self) -> list[runtime.Launch]:
+        """Every kernel's launch on this session's buffers, in order."""
+        return [kernel_launch(kernel, function, self.pointers)
+                for kernel, function in zip(self.program.kernels, self.functions)]
 
     def run_all(self) -> None:
         for position in range(len(self.program.kernels)):
@@ -140,9 +150,14 @@ class Session:
 
 
 def run_on_gpu(program: Program, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One run of every kernel on fresh device buffers; outputs are poisoned first."""
-    with ExitStack() as stack:
-        session = Session(program, stack)
+    """One run of every kernel on host arrays, copied in and out; outputs are poisoned first. The device buffers are
+    the program's own, allocated on its first run and kept while it lives, so that later runs allocate nothing."""
+    state = program.gpu_state
+    with state.setdefault("host_lock", threading.Lock()):
+        session = state.get("host_session")
+        if session is None:     # its buffers are freed with it, when the program is collected
+            session = state["host_session"] = Session(program, ExitStack())
+        session.functions = loaded_functions(program)    # kernels may have been swapped in since
         session.upload(arrays)
         session.run_all()
         return session.download()
@@ -151,7 +166,7 @@ def run_on_gpu(program: Program, arrays: dict[str, np.ndarray]) -> dict[str, np.
 def profile_on_gpu(program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
                    repeat: int = 50, per_kernel: bool = True) -> Profile:
     """Outputs of one run on poisoned buffers, then each kernel's median ms (with `per_kernel`; else []) and the
-    whole program's (L2 flushed before each run)."""
+    whole program's, its launches replayed as one CUDA graph (L2 flushed before each run)."""
     with ExitStack() as stack:
         session = Session(program, stack)
         session.upload(arrays)
@@ -159,7 +174,8 @@ def profile_on_gpu(program: Program | LaunchPlan, arrays: dict[str, np.ndarray],
         outputs = session.download()
         kernel_ms = [median(runtime.time_kernel(functools.partial(session.launch, p), warmup, repeat))
                      for p in range(len(program.kernels))] if per_kernel else []
-        total = median(runtime.time_kernel(session.run_all, warmup, repeat))
+        replayed = runtime.LaunchGraph(session.launches())   # as a program is called: one graph, no Python between
+        total = median(runtime.time_kernel(replayed.replay, warmup, repeat))
         return outputs, kernel_ms, total
 
 
@@ -282,81 +298,6 @@ def _profile_held(plan: LaunchPlan, key: int, warmup: int, repeat: int, per_kern
         while isinstance(first.__context__, DeviceError):
             first = first.__context__
         raise first from None
-
-
-# zero-copy: the caller's GPU arrays in, outputs allocated in the caller's framework -------------------
-
-_TORCH_DTYPES = {"float32": DType.FLOAT32, "float16": DType.FLOAT16, "bfloat16": DType.BFLOAT16,
-                 "int32": DType.INT32, "bool": DType.BOOL}
-
-
-def is_device_array(value: Any) -> bool:
-    """A torch tensor on a GPU, or anything with `__cuda_array_interface__` (cupy, numba)."""
-    if type(value).__module__.startswith("torch"):
-        return bool(value.is_cuda)
-    return hasattr(value, "__cuda_array_interface__")
-
-
-def _describe(value: Any) -> tuple[int, tuple[int, ...], DType | None, bool]:
-    """(pointer, shape, dtype, contiguous) of a GPU array, read without copying it."""
-    if type(value).__module__.startswith("torch"):
-        dtype = _TORCH_DTYPES.get(str(value.dtype).removeprefix("torch."))
-        return value.data_ptr(), tuple(value.shape), dtype, value.is_contiguous()
-    cai = value.__cuda_array_interface__
-    np_dtype = np.dtype(cai["typestr"])
-    dtype = _TORCH_DTYPES.get(str(np_dtype))
-    itemsize, shape = np_dtype.itemsize, tuple(cai["shape"])
-    expected = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * itemsize for i in range(len(shape)))
-    contiguous = cai.get("strides") in (None, expected)
-    return cai["data"][0], shape, dtype, contiguous
-
-
-def _allocate_like(example: Any, shape: tuple[int, ...], dtype: DType) -> object:
-    """An uninitialised output in the framework (and on the device) of `example`."""
-    if type(example).__module__.startswith("torch"):
-        import torch
-        return torch.empty(shape, dtype=getattr(torch, dtype.value), device=example.device)
-    import cupy
-    if dtype == DType.BFLOAT16:
-        raise InputError("cupy has no bfloat16: pass torch tensors or numpy arrays for this program")
-    return cupy.empty(shape, dtype=numpy_dtype(dtype))
-
-
-def run_on_device_arrays(program: Program, inputs: dict[str, object]) -> dict[str, object]:
-    """Launch the kernels on the caller's GPU arrays; outputs come back in the caller's framework, uncopied."""
-    with ExitStack() as stack:
-        session, outputs = bind_device_arrays(program, inputs, stack)
-        runtime.synchronize()     # the caller's framework may still be writing the inputs
-        session.run_all()
-        runtime.synchronize()
-    return outputs
-
-
-def bind_device_arrays(program: Program, inputs: dict[str, object], stack: ExitStack) -> tuple[Session, dict[str, object]]:
-    """A Session whose inputs are the caller's GPU arrays and whose outputs are new arrays of the caller's
-    framework (returned too), so that its launches can be repeated; temporaries live as long as `stack`.
-
-    An input whose address is not 16-byte aligned (a view at an odd offset) is copied first: the kernels read
-    16 bytes at a time."""
-    pointers: dict[str, int] = {}
-    for name in program.inputs:
-        ptr, shape, dtype, contiguous = _describe(inputs[name])
-        buf = program.buffers[name]
-        if shape != buf.shape or dtype != buf.dtype or not contiguous:
-            raise InputError(f"input {name!r}: expected a contiguous {buf.dtype} array of shape {buf.shape}, got "
-                             f"{dtype or 'an unsupported dtype'} of shape {shape}"
-                             f"{'' if contiguous else ' (strided)'}")
-        if ptr % VECTOR_ALIGNMENT:
-            aligned = stack.enter_context(runtime.DeviceBuffer(buf.nbytes))
-            runtime.synchronize()     # the caller's framework may still be writing it
-            aligned.copy_from(ptr, buf.nbytes)
-            ptr = aligned.ptr
-        pointers[name] = ptr
-    example = inputs[program.inputs[0]]
-    outputs = {name: _allocate_like(example, program.buffers[name].shape, program.buffers[name].dtype)
-               for name in program.outputs}
-    pointers.update({name: _describe(array)[0] for name, array in outputs.items()})
-    return Session(program, stack, borrowed=pointers), outputs
 
 
 def time_program(program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 3,

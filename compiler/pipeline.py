@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from tensorsmith import rewrites, search
+from tensorsmith.codegen.launch_cost import measured_launch_seconds
 from tensorsmith.codegen.nvrtc import compile_many
 from tensorsmith.codegen.render import MEASURED_PLACEHOLDER, RenderedKernel, render_program
 from tensorsmith.ir.errors import DeviceError, GraphError, InputError, TensorsmithError
@@ -55,6 +56,7 @@ class Compilation:
     unfused_ms: float | None = None
     search: Any = None                 # search.SearchResult
     seconds: dict[str, float] = field(default_factory=dict)
+    launch_measured: bool = False      # whether target.launch_s was measured on this GPU (else the table's)
 
     def chosen_graph(self) -> Graph:
         """The rewritten graph that extraction chose, which the search partitions into kernels."""
@@ -80,7 +82,11 @@ def _extract(c: Compilation) -> None:
 def _search(c: Compilation) -> None:
     from tensorsmith.codegen.runtime import gpu_available
     with InWorker() as gpu:   # candidates are untrusted: one that faults or hangs costs the worker, not us
-        measure = _measure_on_gpu(c, gpu) if _profiles(c.options.profile) and gpu_available() else None
+        on_gpu = _profiles(c.options.profile) and gpu_available()
+        if on_gpu:            # what one more kernel costs, as programs are called (a graph's replay), on this GPU
+            c.target = replace(c.target, launch_s=measured_launch_seconds())
+            c.launch_measured = True
+        measure = _measure_on_gpu(c, gpu) if on_gpu else None
         c.search = search.search_program(c.chosen_graph(), c.target, c.options.budget_s, c.options.seed,
                                          measure=measure, progress=c.options.progress)
     c.kernel_program = c.search.program
@@ -256,6 +262,8 @@ def _report(c: Compilation) -> dict[str, Any]:
         "unfused_ms": c.unfused_ms,
         "speedup": measured_speedup if measured_speedup is not None else unfused_predicted / predicted,
         "speedup_basis": "measured" if measured_speedup is not None else "predicted by the cost model",
+        "launch_us": round(c.target.launch_s * 1e6, 3),
+        "launch_basis": "measured on this GPU" if c.launch_measured else "assumed (the target's table)",
         "search_history": _history(c),
         "search": c.search.summary() if c.search is not None else None,
     }

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorsmith.codegen.runtime import gpu_available
 from tensorsmith.codegen.tensor_map import TensorMapSpec
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.errors import InputError, OutputError, TensorsmithError
@@ -20,6 +21,9 @@ from tensorsmith.ir.interpreter import check_inputs
 from tensorsmith.ir.kernel_program import Buffer, KernelProgram
 from tensorsmith.ir.serialize import (graph_from_data, graph_to_data, kernel_program_from_data,
                                        kernel_program_to_data)
+
+from .device_call import DeviceCaller, is_device_array
+from .executor import run_on_gpu
 
 PROGRAM_FORMAT = 1
 MANIFEST = "manifest.json"   # sha256 of every other file; written last, so its presence means complete
@@ -61,36 +65,56 @@ class Program:
     seed: int = 0
     compiler_version: str = ""
     report: dict[str, Any] = field(default_factory=dict)
+    # what its runs on the GPU keep between calls (device buffers, workspaces, CUDA graphs): executor, device_call
+    gpu_state: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def __call__(self, *positional: object, device: str | None = None, **inputs: object) -> dict[str, Any]:
+    def __call__(self, *positional: object, device: str | None = None, out: dict[str, Any] | None = None,
+                 **inputs: object) -> dict[str, Any]:
         """Run on `device` ("cuda" or "cpu"; default: the GPU where there is one, else the CPU).
 
         Inputs are given by name. numpy arrays in give numpy arrays out. Given torch tensors or cupy arrays that
-        are already on the GPU, the kernels read them where they are and the outputs come back in the same
-        framework.
+        are already on the GPU, the kernels read them where they are, on the framework's current stream, and the
+        call returns without waiting for them, as the framework's own ops do; the outputs come back in the same
+        framework. `out` maps output names to arrays to write instead (of the same kind as the inputs).
         """
         if positional:
             raise InputError(f"program {self.name!r} takes its inputs by name: prog("
                              f"{', '.join(f'{name}=...' for name in self.inputs)})")
-        from tensorsmith.codegen.runtime import gpu_available
-
-        from .executor import is_device_array, run_on_device_arrays
-        on_device = [name for name, value in inputs.items() if is_device_array(value)]
-        if on_device and device != "cpu":
-            if set(inputs) != set(self.inputs) or len(on_device) != len(inputs):
-                raise InputError(f"program {self.name!r} takes inputs {list(self.inputs)}, all on the GPU or all"
-                                 f" on the host; got {list(inputs)} with {on_device} on the GPU")
-            return run_on_device_arrays(self, dict(inputs))
+        unknown = sorted(set(out) - set(self.outputs)) if out else []
+        if unknown:
+            raise InputError(f"out names {unknown}, which are not outputs of program {self.name!r}; its outputs are"
+                             f" {list(self.outputs)}")
+        if device != "cpu" and inputs and is_device_array(next(iter(inputs.values()))):
+            caller = self.gpu_state.get("device_caller")
+            if caller is None:
+                self._check_gpu_call(inputs, out)
+                caller = self.gpu_state.setdefault("device_caller", DeviceCaller(self))
+            try:
+                return caller(inputs, out)
+            except (KeyError, AttributeError, TypeError):   # a name or an array of the wrong kind: say which
+                self._check_gpu_call(inputs, out)
+                raise
         device = device or ("cuda" if gpu_available() else "cpu")
         arrays: dict[str, np.ndarray] = {name: np.asarray(value, dtype=_host(self.buffers[name].dtype))
                                          for name, value in check_inputs(self.graph, inputs).items()}
+        results: dict[str, np.ndarray]
         if device == "cpu":
-            return {k: np.asarray(v, dtype=_host(self.buffers[k].dtype)) for k, v in
-                    self.kernel_program.execute(arrays).items()}
-        if device != "cuda":
+            results = {k: np.asarray(v, dtype=_host(self.buffers[k].dtype)) for k, v in
+                       self.kernel_program.execute(arrays).items()}
+        elif device == "cuda":
+            results = run_on_gpu(self, arrays)
+        else:
             raise InputError(f"unknown device {device!r}; use 'cuda' or 'cpu'")
-        from .executor import run_on_gpu
-        return run_on_gpu(self, arrays)
+        return _write_out(results, out or {})
+
+    def _check_gpu_call(self, inputs: dict[str, object], out: dict[str, Any] | None) -> None:
+        """One clear InputError for a call on GPU arrays whose names or kinds do not fit the program."""
+        if set(inputs) != set(self.inputs):
+            raise InputError(f"program {self.name!r} takes inputs {list(self.inputs)}; got {list(inputs)}")
+        on_host = [name for name, value in {**inputs, **(out or {})}.items() if not is_device_array(value)]
+        if on_host:
+            raise InputError(f"program {self.name!r} takes its inputs and outputs all on the GPU or all on the host;"
+                             f" {on_host} are not GPU arrays while {list(inputs)[0]!r} is")
 
     def save(self, path: str | os.PathLike, force: bool = False) -> Path:
         """Write kernels/NN_name.cu and cubins, program.json, graph.json and report.html into `path`, atomically.
@@ -196,6 +220,17 @@ def _replace_dir(staging: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         staging.rename(target)
+
+
+def _write_out(results: dict[str, np.ndarray], out: dict[str, Any]) -> dict[str, Any]:
+    """`results` with each output named in `out` copied into the caller's numpy array there instead."""
+    for name, target in out.items():
+        if not isinstance(target, np.ndarray) or target.shape != results[name].shape or \
+                not np.can_cast(results[name].dtype, target.dtype, "same_kind"):
+            raise InputError(f"out[{name!r}]: expected a numpy array of shape {results[name].shape} that holds "
+                             f"{results[name].dtype}, got {type(target).__name__} {getattr(target, 'shape', '')}")
+        np.copyto(target, results[name], casting="same_kind")
+    return {**results, **out}
 
 
 def _host(dtype: DType) -> type:

@@ -24,7 +24,8 @@ from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.knobs import CACHE_DIR_ENV
 from tensorsmith.search.verify import tolerance
 
-from ..executor import Session, bind_device_arrays
+from ..device_call import bind_device_arrays
+from ..executor import Session
 from ..pipeline import VERSION
 from ..pipeline import compile as ts_compile
 from ..program import Program

@@ -35,25 +35,25 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_a_program_loads_its_kernels_once(loads) -> None:
     program = ts.compile(CASES["norms"](), profile=False)
     names = [kernel.name for kernel in program.kernels]
-    first = executor._functions(program)
-    assert executor._functions(program) == first and loads == names
+    first = executor.loaded_functions(program)
+    assert executor.loaded_functions(program) == first and loads == names
 
 
 def test_a_swapped_kernel_is_loaded_and_the_one_it_replaced_let_go(loads) -> None:
     program = ts.compile(CASES["norms"](), profile=False)
-    executor._functions(program)
+    executor.loaded_functions(program)
     old = program.kernels[0]
     program.kernels[0] = dataclasses.replace(old, grid=(1, 1, 1))           # the same cubin: nothing to load
-    executor._functions(program)
+    executor.loaded_functions(program)
     program.kernels[0] = dataclasses.replace(old, cubin=old.cubin + b"\0")   # another cubin: loaded
-    executor._functions(program)
+    executor.loaded_functions(program)
     assert loads == [k.name for k in program.kernels] + [old.name]
     assert (old.name, old.cubin) not in executor._loaded[id(program)]
 
 
 def test_the_loaded_kernels_go_with_the_program(loads) -> None:
     program = ts.compile(CASES["norms"](), profile=False)
-    executor._functions(program)
+    executor.loaded_functions(program)
     key = id(program)
     assert key in executor._loaded
     del program
@@ -64,6 +64,6 @@ def test_the_loaded_kernels_go_with_the_program(loads) -> None:
 def test_a_launch_plan_is_loaded_each_time(loads) -> None:
     program = ts.compile(CASES["norms"](), profile=False)
     plan = executor.LaunchPlan.of(program)
-    executor._functions(plan)
-    executor._functions(plan)
+    executor.loaded_functions(plan)
+    executor.loaded_functions(plan)
     assert loads == [kernel.name for kernel in program.kernels] * 2

@@ -60,6 +60,7 @@ def test_persistent_kernel_on_fewer_sms_matches_reference(monkeypatch) -> None:
 def test_profiled_compile_records_times_in_headers_and_report() -> None:
     program = ts.compile(CASES["norms"](), profile=True)
     assert program.report["total_ms"] > 0
+    assert program.report["launch_basis"] == "measured on this GPU" and 0.1 < program.report["launch_us"] < 20
     for kernel in program.kernels:
         assert kernel.measured_ms is not None and kernel.measured_ms > 0
         assert "measured: " in kernel.source and " us (median, L2 flushed)" in kernel.source

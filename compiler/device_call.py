@@ -1,0 +1,322 @@
+"""A Program called on the caller's GPU arrays (torch tensors, cupy arrays), as a framework's own op is called.
+
+The kernels read the inputs where they are and write outputs allocated in the caller's framework (or the caller's
+own, `out=`), on the framework's current stream; the call returns without synchronizing. For each stream a
+program is called on (`_StreamState`):
+
+- its temporaries live in one workspace, allocated once from the caller's framework (so it shows where users look,
+  e.g. torch.cuda.memory_allocated) and kept while the program lives;
+- its launches are one CUDA graph (`runtime.LaunchGraph`), replayed with one driver call: one graph for each set
+  of input and output addresses, up to GRAPHS_PER_STREAM, after which the least recently used is re-pointed;
+- the next call's outputs are allocated right after this call's replay is queued, while the GPU runs it, so
+  that allocating them does not delay the next call's kernels.
+
+While the stream is being captured into the caller's own CUDA graph (`torch.cuda.graph`), the kernels are
+launched onto it one by one, and their temporaries and outputs are allocated at the call, so that the caller's
+graph owns them as it owns any op's.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tensorsmith.codegen import runtime
+from tensorsmith.ir.dtypes import DType, numpy_dtype
+from tensorsmith.ir.errors import InputError
+
+from .executor import VECTOR_ALIGNMENT, Session, kernel_launch, loaded_functions
+
+if TYPE_CHECKING:
+    from .program import Program
+
+GRAPHS_PER_STREAM = 4      # address sets kept replayable per stream: a caller alternating a few output buffers hits
+WORKSPACE_ALIGNMENT = 256  # bytes between temporaries in the workspace: as cudaMalloc aligns, for any vector access
+DEVICE = 0                 # the GPU tensorsmith runs on (the runtime's context is device 0's)
+
+_TORCH_DTYPES = {"float32": DType.FLOAT32, "float16": DType.FLOAT16, "bfloat16": DType.BFLOAT16,
+                 "int32": DType.INT32, "bool": DType.BOOL}
+
+
+def is_device_array(value: Any) -> bool:
+    """A torch tensor on a GPU, or anything with `__cuda_array_interface__` (cupy, numba)."""
+    if type(value).__module__.startswith("torch"):
+        return bool(value.is_cuda)
+    return hasattr(value, "__cuda_array_interface__")
+
+
+class _Torch:
+    """torch's side of a call: describe tensors, allocate on their device, find the current stream."""
+
+    name = "torch"
+
+    def __init__(self) -> None:
+        import torch
+        self.torch = torch
+        self.dtypes = {dtype: getattr(torch, name) for name, dtype in _TORCH_DTYPES.items()}
+        self.ours = {torch_dtype: dtype for dtype, torch_dtype in self.dtypes.items()}
+        self._is_capturing = torch.cuda.is_current_stream_capturing
+
+    def describe(self, value: Any) -> tuple[int, tuple[int, ...], DType | None, bool]:
+        """(address, shape, dtype, contiguous), read without copying; the shape is torch's Size, a tuple."""
+        return value.data_ptr(), value.shape, self.ours.get(value.dtype), value.is_contiguous()
+
+    def address(self, value: Any) -> int:
+        return int(value.data_ptr())
+
+    def native(self, dtype: DType) -> Any:
+        return self.dtypes[dtype]
+
+    def checked_address(self, value: Any, shape: tuple[int, ...], dtype: Any) -> int | None:
+        """`value`'s address where it is a contiguous, aligned array of `shape` and (torch) `dtype`; else None."""
+        if value.shape == shape and value.dtype is dtype and value.is_contiguous():
+            ptr = value.data_ptr()
+            if not ptr % VECTOR_ALIGNMENT:
+                return int(ptr)
+        return None
+
+    def capturing(self, stream: int) -> bool:
+        return bool(self._is_capturing())
+
+    def device_index(self, value: Any) -> int:
+        return int(value.get_device())
+
+    def stream(self) -> int:
+        return int(self.torch._C._cuda_getCurrentRawStream(DEVICE))
+
+    def empty(self, shape: tuple[int, ...], dtype: DType) -> Any:
+        return self.torch.empty(shape, dtype=self.dtypes[dtype], device=f"cuda:{DEVICE}")
+
+    def bytes(self, nbytes: int) -> Any:
+        return self.torch.empty(nbytes, dtype=self.torch.uint8, device=f"cuda:{DEVICE}")
+
+    def aligned_copy(self, value: Any) -> Any:
+        return value.clone()
+
+
+class _Cupy:
+    """cupy's (and any `__cuda_array_interface__` array's) side of a call."""
+
+    name = "cupy"
+
+    def __init__(self) -> None:
+        import cupy
+        self.cupy = cupy
+
+    def address(self, value: Any) -> int:
+        return int(value.__cuda_array_interface__["data"][0])
+
+    def native(self, dtype: DType) -> Any:
+        return dtype
+
+    def checked_address(self, value: Any, shape: tuple[int, ...], dtype: Any) -> int | None:
+        ptr, actual_shape, actual_dtype, contiguous = self.describe(value)
+        ok = actual_shape == shape and actual_dtype == dtype and contiguous and not ptr % VECTOR_ALIGNMENT
+        return int(ptr) if ok else None
+
+    def capturing(self, stream: int) -> bool:
+        return runtime.stream_is_capturing(stream)
+
+    def describe(self, value: Any) -> tuple[int, tuple[int, ...], DType | None, bool]:
+        cai = value.__cuda_array_interface__
+        np_dtype = np.dtype(cai["typestr"])
+        itemsize, shape = np_dtype.itemsize, tuple(cai["shape"])
+        expected = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * itemsize for i in range(len(shape)))
+        return cai["data"][0], shape, _TORCH_DTYPES.get(str(np_dtype)), cai.get("strides") in (None, expected)
+
+    def device_index(self, value: Any) -> int:
+        device = getattr(value, "device", None)
+        return int(getattr(device, "id", DEVICE))
+
+    def stream(self) -> int:
+        return int(self.cupy.cuda.get_current_stream().ptr)
+
+    def empty(self, shape: tuple[int, ...], dtype: DType) -> Any:
+        if dtype == DType.BFLOAT16:
+            raise InputError("cupy has no bfloat16: pass torch tensors or numpy arrays for this program")
+        return self.cupy.empty(shape, dtype=numpy_dtype(dtype))
+
+    def bytes(self, nbytes: int) -> Any:
+        return self.cupy.empty(nbytes, dtype=np.uint8)
+
+    def aligned_copy(self, value: Any) -> Any:
+        return self.cupy.array(value, copy=True)
+
+
+_frameworks: dict[str, _Torch | _Cupy] = {}
+
+
+def framework_of(value: Any) -> _Torch | _Cupy:
+    """The framework `value` belongs to (made once per process)."""
+    name = "torch" if type(value).__module__.startswith("torch") else "cupy"
+    if name not in _frameworks:
+        _frameworks[name] = _Torch() if name == "torch" else _Cupy()
+    return _frameworks[name]
+
+
+def workspace_layout(program: Program) -> tuple[dict[str, int], int]:
+    """Each temporary's byte offset in one workspace, and the workspace's size."""
+    offsets, size = {}, 0
+    for name, buf in program.buffers.items():
+        if buf.role == "temp":
+            offsets[name] = size
+            size += -(-max(buf.nbytes, 1) // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT
+    return offsets, size
+
+
+def input_pointer(program: Program, framework: _Torch | _Cupy, name: str, value: Any, held: list[Any]) -> int:
+    """The device address the kernels read input `name` at, once `value` is checked to be what the program takes; a
+    view at an address not 16-byte aligned is copied first (into `held`), as the kernels read 16 bytes at a time."""
+    ptr, shape, dtype, contiguous = framework.describe(value)
+    buf = program.buffers[name]
+    if shape != buf.shape or dtype != buf.dtype or not contiguous:
+        raise InputError(f"input {name!r}: expected a contiguous {buf.dtype} array of shape {buf.shape}, got "
+                         f"{dtype or 'an unsupported dtype'} of shape {tuple(shape)}{'' if contiguous else ' (strided)'}")
+    if ptr % VECTOR_ALIGNMENT:
+        held.append(framework.aligned_copy(value))
+        ptr = framework.address(held[-1])
+    return int(ptr)
+
+
+@dataclass
+class _StreamState:
+    """What one stream's calls of one program reuse: the workspace, the replayable graphs, the next outputs."""
+
+    workspace: Any
+    temporaries: dict[str, int]                     # temporary -> device address inside the workspace
+    graphs: OrderedDict[tuple[int, ...], runtime.LaunchGraph] = field(default_factory=OrderedDict)
+    spare: dict[str, Any] = field(default_factory=dict)   # outputs allocated for the next call
+
+
+class DeviceCaller:
+    """A Program's calls on GPU arrays; see the module's docstring. One per Program, made on its first such call."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.lock = threading.Lock()
+        self.kernels = list(program.kernels)
+        self.offsets, self.workspace_bytes = workspace_layout(program)
+        self.streams: dict[tuple[str, int], _StreamState] = {}
+        self.input_specs: dict[str, list[tuple[str, tuple[int, ...], Any]]] = {}
+
+    def __call__(self, inputs: dict[str, Any], out: dict[str, Any] | None = None) -> dict[str, Any]:
+        program = self.program
+        framework = framework_of(inputs[program.inputs[0]])
+        with self.lock:
+            if self.kernels != program.kernels:      # kernels swapped in since: what was built for them goes
+                self.kernels, self.streams = list(program.kernels), {}
+            stream = framework.stream()
+            held: list[Any] = []                     # copies made for alignment, alive until the launch is queued
+            pointers = {}
+            for name, shape, dtype in self._specs(framework):
+                ptr = framework.checked_address(inputs[name], shape, dtype)
+                pointers[name] = ptr if ptr is not None else input_pointer(program, framework, name, inputs[name], held)
+            if framework.capturing(stream):
+                return self._launch_captured(framework, stream, pointers, out or {})
+            state = self.streams.get((framework.name, stream)) or self._new_state(framework, stream)
+            outputs = {name: self._output(framework, state.spare, name, out) for name in program.outputs}
+            for name, array in outputs.items():
+                pointers[name] = framework.address(array)
+            key = tuple(pointers.values())
+            graph = state.graphs.get(key)
+            if graph is None:
+                self._check_addresses(framework, inputs, outputs, pointers)
+                graph = self._graph_for(state, key, {**pointers, **state.temporaries})
+            else:
+                state.graphs.move_to_end(key)
+            graph.replay(stream)
+            for name in program.outputs:             # the next call's outputs, allocated while the GPU works
+                if name not in state.spare and not (out and name in out):
+                    state.spare[name] = framework.empty(program.buffers[name].shape, program.buffers[name].dtype)
+            return outputs
+
+    def _specs(self, framework: _Torch | _Cupy) -> list[tuple[str, tuple[int, ...], Any]]:
+        """Each input's name, shape and dtype as `framework` spells it (made once per framework)."""
+        specs = self.input_specs.get(framework.name)
+        if specs is None:
+            specs = self.input_specs[framework.name] = [
+                (name, self.program.buffers[name].shape, framework.native(self.program.buffers[name].dtype))
+                for name in self.program.inputs]
+        return specs
+
+    def _output(self, framework: _Torch | _Cupy, spare: dict[str, Any], name: str, out: dict[str, Any] | None) -> Any:
+        buf = self.program.buffers[name]
+        if out and name in out:
+            ptr, shape, dtype, contiguous = framework.describe(out[name])
+            if shape != buf.shape or dtype != buf.dtype or not contiguous or ptr % VECTOR_ALIGNMENT:
+                raise InputError(f"out[{name!r}]: expected a contiguous, 16-byte aligned {buf.dtype} array of shape "
+                                 f"{buf.shape}, got {dtype or 'an unsupported dtype'} of shape {tuple(shape)}"
+                                 f"{'' if contiguous else ' (strided)'}")
+            return out[name]
+        ready = spare.pop(name, None)
+        return ready if ready is not None else framework.empty(buf.shape, buf.dtype)
+
+    def _check_addresses(self, framework: _Torch | _Cupy, inputs: dict[str, Any], outputs: dict[str, Any],
+                         pointers: dict[str, int]) -> None:
+        """Checked once per set of addresses (a device address names its GPU): every array is on the program's GPU,
+        and no output overlaps an input or another output (the kernels would read what they are writing)."""
+        for name, value in {**inputs, **outputs}.items():
+            index = framework.device_index(value)
+            if index != DEVICE:
+                raise InputError(f"{name!r} is {'on the host' if index < 0 else f'on GPU {index}'}; the program's "
+                                 f"inputs and outputs must all be on GPU {DEVICE} (cuda:{DEVICE}), where it runs")
+        spans = {name: (pointers[name], pointers[name] + self.program.buffers[name].nbytes) for name in pointers}
+        for name in self.program.outputs:
+            start, end = spans[name]
+            for other, (other_start, other_end) in spans.items():
+                if other != name and start < other_end and other_start < end:
+                    raise InputError(f"out[{name!r}] overlaps {other!r} in memory; pass an output buffer of its own")
+
+    def _new_state(self, framework: _Torch | _Cupy, stream: int) -> _StreamState:
+        workspace = framework.bytes(self.workspace_bytes) if self.workspace_bytes else None
+        base = framework.address(workspace) if workspace is not None else 0
+        state = _StreamState(workspace, {name: base + offset for name, offset in self.offsets.items()})
+        self.streams[(framework.name, stream)] = state
+        return state
+
+    def _launches(self, pointers: dict[str, int]) -> list[runtime.Launch]:
+        return [kernel_launch(kernel, function, pointers)
+                for kernel, function in zip(self.kernels, loaded_functions(self.program))]
+
+    def _graph_for(self, state: _StreamState, key: tuple[int, ...], pointers: dict[str, int]) -> runtime.LaunchGraph:
+        """A graph replaying the launches on `pointers`: a new one, or the least recently used one re-pointed."""
+        launches = self._launches(pointers)
+        if len(state.graphs) < GRAPHS_PER_STREAM:
+            graph = runtime.LaunchGraph(launches)
+        else:
+            _, graph = state.graphs.popitem(last=False)
+            for position, item in enumerate(launches):
+                graph.set_args(position, item.args)
+        state.graphs[key] = graph
+        return graph
+
+    def _launch_captured(self, framework: _Torch | _Cupy, stream: int, pointers: dict[str, int],
+                         out: dict[str, Any]) -> dict[str, Any]:
+        """Launch one by one onto a stream that is being captured, on temporaries and outputs allocated now."""
+        workspace = framework.bytes(self.workspace_bytes) if self.workspace_bytes else None
+        base = framework.address(workspace) if workspace is not None else 0
+        outputs = {name: self._output(framework, {}, name, out) for name in self.program.outputs}
+        pointers.update({name: framework.address(array) for name, array in outputs.items()})
+        pointers.update({name: base + offset for name, offset in self.offsets.items()})
+        for item in self._launches(pointers):
+            runtime.launch(item.function, item.grid, item.block, item.args, item.shared_bytes, stream=stream)
+        return outputs
+
+
+def bind_device_arrays(program: Program, inputs: dict[str, Any], stack: ExitStack) -> tuple[Session, dict[str, Any]]:
+    """A Session whose inputs are the caller's GPU arrays and whose outputs are new arrays of the caller's framework
+    (returned too), launching on the legacy default stream, so that its launches can be repeated and timed one by
+    one; temporaries live as long as `stack`."""
+    framework = framework_of(inputs[program.inputs[0]])
+    held: list[Any] = []
+    pointers = {name: input_pointer(program, framework, name, inputs[name], held) for name in program.inputs}
+    outputs = {name: framework.empty(program.buffers[name].shape, program.buffers[name].dtype)
+               for name in program.outputs}
+    pointers.update({name: framework.address(array) for name, array in outputs.items()})
+    stack.callback(held.clear)    # the aligned copies live as long as the session
+    runtime.synchronize()     # the caller's framework may still be writing the inputs or the aligned copies
+    return Session(program, stack, borrowed=pointers), outputs

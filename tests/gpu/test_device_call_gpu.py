@@ -1,0 +1,128 @@
+"""On the GPU: a program called on torch tensors runs on the caller's stream without synchronizing, replays its
+launches as CUDA graphs keyed by addresses, writes `out=` in place, can be captured in the caller's own CUDA graph,
+and allocates nothing on later calls."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorsmith as ts
+from graph_cases import CASES
+from tensorsmith.codegen import runtime
+from tensorsmith.device_call import GRAPHS_PER_STREAM
+from tensorsmith.search.verify import compare, random_inputs
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+SLEEP_CYCLES = 200_000_000     # about 0.1 s of a spinning kernel: the inputs' writes come long after the call
+
+
+@pytest.fixture(scope="module")
+def mlp() -> ts.Program:
+    """Two kernels and a temporary between them: the workspace and the graph's order both matter."""
+    program = ts.compile(CASES["tensor_core_mlp"](), profile=False, seed=0)
+    assert len(program.kernels) == 2 and any(b.role == "temp" for b in program.buffers.values())
+    return program
+
+
+def _on_gpu(inputs: dict[str, np.ndarray]) -> dict[str, object]:
+    return {name: torch.from_numpy(array).cuda() for name, array in inputs.items()}
+
+
+def _assert_right(program: ts.Program, inputs: dict[str, np.ndarray], outputs: dict[str, object]) -> None:
+    host = {name: value.cpu().float().numpy() for name, value in outputs.items()}
+    for check in compare(program.graph, host, ts.evaluate(program.graph, inputs)):
+        assert check.ok, f"{check.output}: relative L2 {check.error:.3g} > {check.tolerance:g}"
+
+
+def test_kernels_run_on_the_callers_stream_after_the_work_queued_there(mlp: ts.Program) -> None:
+    first, second = random_inputs(mlp.graph, seed=1), random_inputs(mlp.graph, seed=2)
+    tensors, later = _on_gpu(first), _on_gpu(second)
+    mlp(**tensors)                              # warm: modules loaded, workspace and graph made
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        for name, value in later.items():       # queued behind the sleep: written long after the call returns
+            tensors[name].copy_(value)
+        outputs = mlp(**tensors)
+        assert not stream.query(), "the call waited for the GPU"
+    stream.synchronize()
+    _assert_right(mlp, second, outputs)
+
+
+def test_new_tensors_every_call_stay_right_past_the_graphs_kept(mlp: ts.Program) -> None:
+    kept = []                                  # outputs held, so that every call has new output addresses
+    for draw in range(2 * GRAPHS_PER_STREAM + 1):
+        inputs = random_inputs(mlp.graph, seed=100 + draw)
+        kept.append((inputs, mlp(**_on_gpu(inputs))))
+    for inputs, outputs in kept:
+        _assert_right(mlp, inputs, outputs)
+
+
+def test_out_is_written_in_place(mlp: ts.Program) -> None:
+    inputs = random_inputs(mlp.graph, seed=7)
+    (name,) = mlp.outputs
+    buf = mlp.buffers[name]
+    target = torch.full(buf.shape, float("nan"), dtype=getattr(torch, buf.dtype.value), device="cuda")
+    outputs = mlp(**_on_gpu(inputs), out={name: target})
+    assert outputs[name] is target
+    _assert_right(mlp, inputs, {name: target})
+    with pytest.raises(ts.InputError, match="overlaps"):
+        tensors = _on_gpu(inputs)
+        mlp(**tensors, out={name: tensors["x"].view(-1)[: target.numel()].view(buf.shape)})
+
+
+def test_a_program_captured_in_the_callers_cuda_graph_replays_right(mlp: ts.Program) -> None:
+    first, second = random_inputs(mlp.graph, seed=11), random_inputs(mlp.graph, seed=12)
+    static = _on_gpu(first)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):               # warm up outside the capture, as torch asks
+        mlp(**static)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = mlp(**static)
+    for name, value in _on_gpu(second).items():
+        static[name].copy_(value)
+    graph.replay()
+    torch.cuda.synchronize()
+    _assert_right(mlp, second, captured)
+
+
+def test_later_calls_allocate_no_device_memory(mlp: ts.Program) -> None:
+    tensors = _on_gpu(random_inputs(mlp.graph, seed=21))
+    arrays = random_inputs(mlp.graph, seed=22)
+    for _ in range(2):                           # the first calls make the workspace, the graphs and the spares
+        mlp(**tensors)
+        mlp(**arrays)
+    torch.cuda.synchronize()
+    ours, theirs = runtime.allocation_count(), torch.cuda.memory_stats()["num_device_alloc"]
+    for _ in range(5):
+        mlp(**tensors)
+        mlp(**arrays)
+    torch.cuda.synchronize()
+    assert (runtime.allocation_count(), torch.cuda.memory_stats()["num_device_alloc"]) == (ours, theirs)
+
+
+def test_calls_on_two_streams_use_workspaces_of_their_own(mlp: ts.Program) -> None:
+    draws = [random_inputs(mlp.graph, seed=31 + i) for i in range(2)]
+    streams = [torch.cuda.Stream() for _ in draws]
+    results = []
+    for stream, inputs in zip(streams, draws):
+        with torch.cuda.stream(stream):
+            tensors = _on_gpu(inputs)
+            torch.cuda._sleep(SLEEP_CYCLES // 4)
+            results.append(mlp(**tensors))
+    torch.cuda.synchronize()
+    for inputs, outputs in zip(draws, results):
+        _assert_right(mlp, inputs, outputs)
+
+
+def test_mixed_host_and_gpu_inputs_are_named(mlp: ts.Program) -> None:
+    inputs = random_inputs(mlp.graph, seed=41)
+    tensors = _on_gpu(inputs)
+    tensors["w2"] = inputs["w2"]
+    with pytest.raises(ts.InputError, match=r"\['w2'\] are not GPU arrays"):
+        mlp(**tensors)
