@@ -447,52 +447,60 @@ class Launch:
     shared_bytes: int = 0
 
 
-def _node_params(item: Launch, packed: PackedArgs) -> driver.CUDA_KERNEL_NODE_PARAMS:
-    """The kernel node of `item`; the driver copies the argument values when the node is added or set."""
-    item.function.allow_dynamic_shared(item.shared_bytes)
-    params = driver.CUDA_KERNEL_NODE_PARAMS()
-    params.func = item.function.handle
-    params.gridDimX, params.gridDimY, params.gridDimZ = item.grid
-    params.blockDimX, params.blockDimY, params.blockDimZ = item.block
-    params.sharedMemBytes = item.shared_bytes
-    params.kernelParams = packed.address
-    params.extra = 0
-    return params
-
-
 class LaunchGraph:
     """Launches in a fixed order as one instantiated CUDA graph: `replay(stream)` queues them all with one driver
-    call, leaving no launch gaps of Python's between them. A launch's arguments can be replaced (`set_args`) for
-    the replays after, including while an earlier replay still runs."""
+    call, leaving no launch gaps of Python's between them. `repoint(launches)` gives the same kernels other
+    arguments for the replays after, including while an earlier replay still runs.
+
+    The graph is recorded by capturing `launch` on a private stream, so that each node is exactly the launch
+    `launch` makes (a kernel's compile-time cluster dimensions included)."""
 
     def __init__(self, launches: Sequence[Launch]):
         _ensure_context()
         self.launches = list(launches)
         self.description = f"the graph of {', '.join(item.function.name for item in self.launches)}"  # for errors
-        graph = _cu(driver.cuGraphCreate, 0)
-        finalize_graph = weakref.finalize(self, _release, driver.cuGraphDestroy, graph)
-        finalize_graph.atexit = False
-        self.nodes: list[driver.CUgraphNode] = []
-        for item in self.launches:
-            deps = self.nodes[-1:]
-            self.nodes.append(_cu(driver.cuGraphAddKernelNode, graph, deps, len(deps),
-                                  _node_params(item, pack_args(item.args))))
-        self.handle: driver.CUgraphExec = _cu(driver.cuGraphInstantiate, graph, 0)
-        finalize_exec = weakref.finalize(self, _release, driver.cuGraphExecDestroy, self.handle)
-        finalize_exec.atexit = False
+        graph = _captured(self.launches)
+        try:
+            self.handle: driver.CUgraphExec = _cu(driver.cuGraphInstantiate, graph, 0)
+        finally:
+            _cu(driver.cuGraphDestroy, graph)
+        finalize = weakref.finalize(self, _release, driver.cuGraphExecDestroy, self.handle)
+        finalize.atexit = False
 
-    def set_args(self, position: int, args: Sequence[Any]) -> None:
-        """Launch `position` takes `args` from the next replay on."""
-        item = self.launches[position]
-        self.launches[position] = Launch(item.function, item.grid, item.block, args, item.shared_bytes)
-        _cu(driver.cuGraphExecKernelNodeSetParams, self.handle, self.nodes[position],
-            _node_params(self.launches[position], pack_args(args)))
+    def repoint(self, launches: Sequence[Launch]) -> None:
+        """The same kernels, in the same order and shapes, on other arguments from the next replay on."""
+        graph = _captured(launches)
+        try:
+            _cu(driver.cuGraphExecUpdate, self.handle, graph)
+        finally:
+            _cu(driver.cuGraphDestroy, graph)
+        self.launches = list(launches)
 
     def replay(self, stream: int = 0) -> None:
         """Queue every launch on `stream`, in order."""
         global _last_launch
         _cu(driver.cuGraphLaunch, self.handle, stream)
         _last_launch = self.description
+
+
+_capture_stream = threading.local()   # per thread: the private stream launches are captured on
+
+
+def _captured(launches: Sequence[Launch]) -> driver.CUgraph:
+    """A CUDA graph of `launches` in order, captured from `launch` on this thread's private stream (the caller
+    destroys it)."""
+    stream = getattr(_capture_stream, "handle", None)
+    if stream is None:
+        stream = _capture_stream.handle = _cu(driver.cuStreamCreate, driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    for item in launches:       # attributes are set before the capture, which records launches only
+        item.function.allow_dynamic_shared(item.shared_bytes)
+    _cu(driver.cuStreamBeginCapture, stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+    try:
+        for item in launches:
+            launch(item.function, item.grid, item.block, item.args, item.shared_bytes, stream=stream)
+    finally:
+        graph = _cu(driver.cuStreamEndCapture, stream)
+    return graph
 
 
 # ---- timing -------------------------------------------------------------------------------------

@@ -289,8 +289,7 @@ class DeviceCaller:
             graph = runtime.LaunchGraph(launches)
         else:
             _, graph = state.graphs.popitem(last=False)
-            for position, item in enumerate(launches):
-                graph.set_args(position, item.args)
+            graph.repoint(launches)
         state.graphs[key] = graph
         return graph
 

@@ -224,8 +224,9 @@ def test_launch_graph_replays_in_order_and_takes_new_arguments(module):
             runtime.Launch(function, blocks_for(n), (256, 1, 1), [g_x, g_y, np.float32(1), np.int32(n)]),
             runtime.Launch(function, blocks_for(n), (256, 1, 1), [g_y, g_z, np.float32(2), np.int32(n)])])
         graph.replay()
-        graph.set_args(0, [g_x2, g_y, np.float32(1), np.int32(n)])
-        graph.set_args(1, [g_y, g_z2, np.float32(2), np.int32(n)])
+        graph.repoint([
+            runtime.Launch(function, blocks_for(n), (256, 1, 1), [g_x2, g_y, np.float32(1), np.int32(n)]),
+            runtime.Launch(function, blocks_for(n), (256, 1, 1), [g_y, g_z2, np.float32(2), np.int32(n)])])
         graph.replay()
         runtime.synchronize()
         z, z2 = g_z.download(n, np.float32), g_z2.download(n, np.float32)

@@ -34,6 +34,19 @@ def test_matmul_matches_reference(case: str, schedule: dict[str, int] | None) ->
         assert relative_l2(out, reference) < 1e-2
 
 
+@pytest.mark.parametrize("schedule", [s for s in MATMUL_SCHEDULES if s and s["split_k"] > 1],
+                         ids=lambda s: "x".join(map(str, s.values())))
+def test_cluster_matmul_replayed_as_a_graph_matches_reference(schedule: dict[str, int]) -> None:
+    """Split-K kernels run as thread-block clusters (compile-time cluster dimensions); replayed from a CUDA graph,
+    as a program's call runs them, the clusters must still be formed."""
+    graph = MATMUL_CASES["dividing"]()
+    program, kernel = matmul_program(graph, schedule)
+    inputs = random_inputs(graph, seed=7)
+    (out,) = run_rendered(program, [kernel], inputs, replay=True).values()
+    (name,) = graph.outputs
+    assert not np.isnan(out).any() and relative_l2(out, ts.evaluate(graph, inputs)[name]) < 1e-2
+
+
 @pytest.mark.parametrize("grid", [None, 7], ids=["sm_grid", "grid7"])
 @pytest.mark.parametrize("schedule", PERSISTENT_SCHEDULES, ids=lambda s: "x".join(map(str, s.values())))
 @pytest.mark.parametrize("case", sorted(MANY_TILE_CASES))
