@@ -156,8 +156,16 @@ def _compile_job(job: _Job) -> bytes:
     result = run_nvrtc(job.source, job.name, build_options(job.arch, job.options))
     if result.cubin is None:
         raise _compile_error(job, result.log)
-    write_atomic(job.entry, result.cubin)
+    try:
+        write_atomic(job.entry, result.cubin)
+    except OSError as err:      # a read-only or full cache costs only the time it would have saved
+        if job.entry.parent not in _unwritable:
+            _unwritable.add(job.entry.parent)
+            log.warning("could not write the cubin cache at %s (%s); compiling without it", job.entry.parent, err)
     return result.cubin
+
+
+_unwritable: set[Path] = set()   # cubin cache folders already reported unwritable (once a process)
 
 
 def _compile_in_pool(jobs: list[_Job], workers: int) -> dict[Path, bytes]:

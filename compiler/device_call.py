@@ -5,7 +5,7 @@ own, `out=`), on the framework's current stream; the call returns without synchr
 program is called on (`_StreamState`):
 
 - its temporaries live in one workspace, allocated once from the caller's framework (so it shows where users look,
-  e.g. torch.cuda.memory_allocated) and kept while the program lives;
+  e.g. torch.cuda.memory_allocated) and kept while the program lives (for the STREAMS_KEPT streams used last);
 - its launches are one CUDA graph (`runtime.LaunchGraph`), replayed with one driver call: one graph for each set
   of input and output addresses, up to GRAPHS_PER_STREAM, after which the least recently used is re-pointed;
 - the next call's outputs are allocated right after this call's replay is queued, while the GPU runs it, so
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .program import Program
 
 GRAPHS_PER_STREAM = 4      # address sets kept replayable per stream: a caller alternating a few output buffers hits
+STREAMS_KEPT = 8           # streams whose workspace and graphs are kept; the least recently used is let go after
 WORKSPACE_ALIGNMENT = 256  # bytes between temporaries in the workspace: as cudaMalloc aligns, for any vector access
 DEVICE = 0                 # the GPU tensorsmith runs on (the runtime's context is device 0's)
 
@@ -200,7 +201,7 @@ class DeviceCaller:
         self.lock = threading.Lock()
         self.kernels = list(program.kernels)
         self.offsets, self.workspace_bytes = workspace_layout(program)
-        self.streams: dict[tuple[str, int], _StreamState] = {}
+        self.streams: OrderedDict[tuple[str, int], _StreamState] = OrderedDict()
         self.input_specs: dict[str, list[tuple[str, tuple[int, ...], Any]]] = {}
 
     def __call__(self, inputs: dict[str, Any], out: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -208,7 +209,7 @@ class DeviceCaller:
         framework = framework_of(inputs[program.inputs[0]])
         with self.lock:
             if self.kernels != program.kernels:      # kernels swapped in since: what was built for them goes
-                self.kernels, self.streams = list(program.kernels), {}
+                self.kernels, self.streams = list(program.kernels), OrderedDict()
             stream = framework.stream()
             held: list[Any] = []                     # copies made for alignment, alive until the launch is queued
             pointers = {}
@@ -216,8 +217,12 @@ class DeviceCaller:
                 ptr = framework.checked_address(inputs[name], shape, dtype)
                 pointers[name] = ptr if ptr is not None else input_pointer(program, framework, name, inputs[name], held)
             if framework.capturing(stream):
-                return self._launch_captured(framework, stream, pointers, out or {})
-            state = self.streams.get((framework.name, stream)) or self._new_state(framework, stream)
+                return self._launch_captured(framework, stream, inputs, pointers, out or {})
+            state = self.streams.get((framework.name, stream))
+            if state is None:
+                state = self._new_state(framework, stream)
+            elif len(self.streams) > 1:
+                self.streams.move_to_end((framework.name, stream))
             outputs = {name: self._output(framework, state.spare, name, out) for name in program.outputs}
             for name, array in outputs.items():
                 pointers[name] = framework.address(array)
@@ -276,6 +281,8 @@ class DeviceCaller:
         base = framework.address(workspace) if workspace is not None else 0
         state = _StreamState(workspace, {name: base + offset for name, offset in self.offsets.items()})
         self.streams[(framework.name, stream)] = state
+        if len(self.streams) > STREAMS_KEPT:   # its workspace goes back to the framework's pool for its own stream,
+            self.streams.popitem(last=False)   # reused there only after the work queued on that stream
         return state
 
     def _launches(self, pointers: dict[str, int]) -> list[runtime.Launch]:
@@ -293,13 +300,14 @@ class DeviceCaller:
         state.graphs[key] = graph
         return graph
 
-    def _launch_captured(self, framework: _Torch | _Cupy, stream: int, pointers: dict[str, int],
-                         out: dict[str, Any]) -> dict[str, Any]:
+    def _launch_captured(self, framework: _Torch | _Cupy, stream: int, inputs: dict[str, Any],
+                         pointers: dict[str, int], out: dict[str, Any]) -> dict[str, Any]:
         """Launch one by one onto a stream that is being captured, on temporaries and outputs allocated now."""
         workspace = framework.bytes(self.workspace_bytes) if self.workspace_bytes else None
         base = framework.address(workspace) if workspace is not None else 0
         outputs = {name: self._output(framework, {}, name, out) for name in self.program.outputs}
         pointers.update({name: framework.address(array) for name, array in outputs.items()})
+        self._check_addresses(framework, inputs, outputs, pointers)
         pointers.update({name: base + offset for name, offset in self.offsets.items()})
         for item in self._launches(pointers):
             runtime.launch(item.function, item.grid, item.block, item.args, item.shared_bytes, stream=stream)

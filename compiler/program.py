@@ -123,19 +123,29 @@ class Program:
         raises OutputError, unless `force` lets a folder be replaced (a file never is)."""
         target = output_folder(path, force)
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        staging = self.write_staged(target.parent, target.name)
         try:
-            files = self._files()
-            for name, data in files.items():
-                (staging / name).parent.mkdir(parents=True, exist_ok=True)
-                (staging / name).write_bytes(data)
-            manifest = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-            (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")   # last: marks it complete
             _replace_dir(staging, target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         return target
+
+    def write_staged(self, parent: Path, name: str) -> Path:
+        """Every file of the saved program, in a new hidden folder under `parent` (manifest written last), for the
+        caller to move into place; nothing is left behind if writing fails."""
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=parent))
+        try:
+            files = self._files()
+            for file, data in files.items():
+                (staging / file).parent.mkdir(parents=True, exist_ok=True)
+                (staging / file).write_bytes(data)
+            manifest = {file: hashlib.sha256(data).hexdigest() for file, data in files.items()}
+            (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")   # last: marks it complete
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return staging
 
     def _files(self) -> dict[str, bytes]:
         from .report import render_report
