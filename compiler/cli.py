@@ -7,15 +7,14 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, cast
+from typing import Sequence
 
 from tensorsmith.bench.command import add_arguments as add_bench_arguments
 from tensorsmith.bench.command import run_bench
 from tensorsmith.ir.errors import InputError, OutputError, TensorsmithError
 from tensorsmith.ir.targets import TARGETS
 
-if TYPE_CHECKING:
-    from tensorsmith.search.engine import SearchProgress
+from .progress import Progress
 
 USAGE_ERRORS = 2   # bad input from the user: a model that raises, an unknown target, a missing file
 FAILURE = 1        # tensorsmith itself failed: a compile error, a wrong kernel, a GPU fault
@@ -170,43 +169,6 @@ def _output_for(output: str, model: str, force: bool) -> Path:
     except OSError as err:
         raise OutputError(f"-o {output}: cannot write in {existing} ({err.strerror or err})") from None
     return target
-
-
-class Progress:
-    """Stage progress on stderr: one line rewritten in place on a terminal, a line per stage otherwise."""
-
-    def __init__(self, stages: int, quiet: bool):
-        self.stages, self.quiet, self.step = stages, quiet, 0
-        self.stage, self.detail = "", ""
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, event: object) -> None:
-        """A stage's name as it starts, or the search's SearchProgress (tried, pruned, verified, best_us)."""
-        if self.quiet:
-            return
-        if event == "cache":
-            print("found in the cache: nothing to recompile", file=sys.stderr, flush=True)
-            return
-        if isinstance(event, str):
-            if self.detail and not self.tty:
-                print(f"    {self.stage}{self.detail}", file=sys.stderr, flush=True)
-            self.step += 1
-            self.stage, self.detail = event, ""
-        else:   # the search reports often: rewrite the line on a terminal, otherwise say it at the end
-            search = cast("SearchProgress", event)
-            best = f"{search.best_us:.1f} us" if search.best_us is not None else "-"
-            rejected = f", {search.rejected} faulted or wrong on the GPU" if search.rejected else ""
-            self.detail = (f": {search.tried} candidates tried, {search.pruned} pruned by Z3, "
-                           f"{search.verified} verified{rejected}, best {best}")
-            if not self.tty:
-                return
-        bar = "#" * self.step + "." * (self.stages - self.step)
-        line = f"[{bar}] {self.step}/{self.stages} {self.stage}{self.detail}"
-        print(f"\r{line:100s}" if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
-
-    def done(self) -> None:
-        if self.tty and not self.quiet and self.step:
-            print(file=sys.stderr)
 
 
 def run_inspect(args: argparse.Namespace) -> int:

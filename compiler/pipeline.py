@@ -23,6 +23,7 @@ from tensorsmith.search.verify import Check, VerificationError, compare, random_
 from .cache import ProgramCache, program_key
 from .executor import InProcess, InWorker, Profiler
 from .program import CompiledKernel, Program
+from .progress import default_progress
 
 VERSION = "0.1.0"
 
@@ -180,12 +181,21 @@ STAGES: list[Stage] = [
 
 
 def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: int = 0,
-            profile: bool | None = None, progress: Callable[[object], None] | None = None,
+            profile: bool | None = None, progress: Callable[[object], None] | bool | None = None,
             cache: bool = True, cache_dir: str | Path | None = None) -> Program:
     """Compile `graph` for `target` into a verified Program (profiled where a GPU is present).
 
-    A graph compiled before with the same target and options comes from the cache at once.
+    A graph compiled before with the same target and options comes from the cache at once. `progress` is called
+    with each stage's name and the search's counts; by default they go to a progress line where standard error is
+    a terminal, else to the "tensorsmith" logger at INFO; False says nothing.
     """
+    if progress is None or progress is True:
+        reporter = default_progress(graph.name, len(STAGES))
+        try:
+            return compile(graph, target, budget_s, seed, profile, reporter, cache, cache_dir)
+        finally:
+            reporter.done()
+    progress = progress or None
     if not graph.outputs:
         raise GraphError(f"graph {graph.name!r} has no outputs; register one with graph.output(name, tensor)")
     if not budget_s > 0:

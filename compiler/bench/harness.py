@@ -166,10 +166,10 @@ class Harness:
         try:
             with _cache_at(cache):
                 start = time.perf_counter()
-                ts_compile(case.graph, budget_s=self.budget_s, seed=self.seed)
+                ts_compile(case.graph, budget_s=self.budget_s, seed=self.seed, progress=False)
                 row.kernels.compile_s = time.perf_counter() - start
                 start = time.perf_counter()
-                program = ts_compile(case.graph, budget_s=self.budget_s, seed=self.seed)
+                program = ts_compile(case.graph, budget_s=self.budget_s, seed=self.seed, progress=False)
                 row.compile_warm_s = time.perf_counter() - start
         except Exception as err:    # a case tensorsmith cannot compile is a row of the table, not the end of it
             row.kernels.failure = row.call.failure = one_line(err)
