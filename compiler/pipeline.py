@@ -17,6 +17,8 @@ from tensorsmith.ir.interpreter import evaluate
 from tensorsmith.ir.kernel_program import KernelProgram
 from tensorsmith.ir.targets import Target, get_target
 from tensorsmith.search.cost import kernel_seconds, program_seconds
+from tensorsmith.search.exact import MAX_WORK as EXACT_MAX_WORK
+from tensorsmith.search.exact import PRIME, ExactCheck, check_exact, evaluation_size
 from tensorsmith.search.partition import unfused
 from tensorsmith.search.verify import Check, VerificationError, compare, random_inputs, verify_program
 
@@ -58,6 +60,8 @@ class Compilation:
     search: Any = None                 # search.SearchResult
     seconds: dict[str, float] = field(default_factory=dict)
     launch_measured: bool = False      # whether target.launch_s was measured on this GPU (else the table's)
+    exact_checks: list[ExactCheck] = field(default_factory=list)   # the exact check's, where it ran
+    exact_against: str = ""            # which graph it compared with
 
     def chosen_graph(self) -> Graph:
         """The rewritten graph that extraction chose, which the search partitions into kernels."""
@@ -114,7 +118,13 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], 
 
 
 def _verify(c: Compilation) -> None:
-    """Random tests of the program against the user's graph (the search tested it against the rewritten one)."""
+    """The program against the graph it was built from, exactly (over a prime field), then by random tests against
+    the user's graph (the rewrites between the two are proved in the real numbers, not in the field)."""
+    chosen = c.chosen_graph() if c.chosen is not None else c.graph
+    if evaluation_size(chosen) <= EXACT_MAX_WORK:
+        c.exact_checks = check_exact(chosen, c.program(), c.options.seed)
+        c.exact_against = "the user's graph" if chosen.structural_hash() == c.graph.structural_hash() else \
+            "the rewritten graph extraction chose"
     c.checks = verify_program(c.graph, c.program(), c.options.seed)
 
 
@@ -173,7 +183,7 @@ STAGES: list[Stage] = [
     Stage("saturate", _saturate),     # grow the e-graph, bounded
     Stage("extract", _extract),       # choose one program from it
     Stage("search", _search),         # kernel boundaries, archetypes and schedules: beam search and MCTS
-    Stage("verify", _verify),         # random tests of the kernel program against the reference
+    Stage("verify", _verify),         # exact (prime field) and random tests of the kernel program
     Stage("render", _render),         # Jinja -> CUDA C
     Stage("nvrtc", _nvrtc),           # CUDA C -> cubin
     Stage("profile", _profile),       # only where a GPU is present: check outputs, then time
@@ -268,6 +278,8 @@ def _report(c: Compilation) -> dict[str, Any]:
     report = {
         "stage_seconds": {k: round(v, 4) for k, v in c.seconds.items()},
         "checks": [{"output": ch.output, "relative_l2": ch.error, "tolerance": ch.tolerance} for ch in c.checks],
+        "exact": ({"against": c.exact_against, "modulus": PRIME, "outputs": [ch.output for ch in c.exact_checks]}
+                  if c.exact_checks else {"skipped": f"more than {EXACT_MAX_WORK} elements to evaluate"}),
         "total_ms": c.total_ms, "predicted_ms": predicted, "unfused_predicted_ms": unfused_predicted,
         "unfused_ms": c.unfused_ms,
         "speedup": measured_speedup if measured_speedup is not None else unfused_predicted / predicted,

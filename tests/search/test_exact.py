@@ -1,0 +1,109 @@
+"""The exact check over the integers mod a prime: every right program of the graph cases passes it, and planted
+bugs that keep every shape (a transposed operand, an off-by-one slice, a wrong reduction axis, a dropped term)
+are each caught, one of them a bug the float check passes."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import tensorsmith as ts
+from graph_cases import CASES
+from tensorsmith import pipeline
+from tensorsmith.ir import primitives as P
+from tensorsmith.ir.kernel_program import Kernel, KernelProgram
+from tensorsmith.ir.node import Node, toposort
+from tensorsmith.ir.ops import Op
+from tensorsmith.ir.targets import get_target
+from tensorsmith.search.exact import PRIME, ExactMismatch, check_exact, draw_inputs, evaluate_exact, execute_exact
+from tensorsmith.search.partition import unfused
+from tensorsmith.search.verify import verify_program
+
+
+def _planted(program: KernelProgram, hit: Callable[[Node], bool], replace: Callable[[Node], Node]) -> KernelProgram:
+    """`program` with the first node of its kernels' bodies that `hit` accepts replaced by `replace(node)`, the
+    nodes above it rebuilt on it."""
+    done = False
+    kernels = []
+    for kernel in program.kernels:
+        new: dict[int, Node] = {}
+        for node in toposort([n for _, n in kernel.outputs]):
+            rebuilt = dataclasses.replace(node, srcs=tuple(new[id(s)] for s in node.srcs))
+            if not done and hit(node):
+                rebuilt, done = replace(rebuilt), True
+            new[id(node)] = rebuilt
+        kernels.append(Kernel(kernel.name, kernel.archetype, tuple((b, new[id(n)]) for b, n in kernel.outputs),
+                              kernel.schedule))
+    assert done, "the planted bug found no node to replace"
+    return dataclasses.replace(program, kernels=kernels)
+
+
+def _graph(name: str, build: Callable[[ts.Graph], ts.Tensor]) -> ts.Graph:
+    graph = ts.Graph(name)
+    graph.output("y", build(graph))
+    return graph
+
+
+def _reads(name: str) -> Callable[[Node], bool]:
+    return lambda node: node.op == Op.INPUT and node.arg == name
+
+
+PLANTED = {
+    "transposed_operand": (lambda g: g.input("x", (16, 64), "float16") @ g.input("w", (64, 64), "float16"),
+                           _reads("w"), lambda node: P.contiguous(P.permute(node, (1, 0)))),
+    "off_by_one_slice": (lambda g: g.input("x", (16, 66), "float16")[:, 1:65] @ g.input("w", (64, 32), "float16"),
+                         lambda node: node.op == Op.SLICE, lambda node: P.slice_(node.srcs[0], [(0, 16), (0, 64)])),
+    "wrong_reduction_axis": (lambda g: g.input("x", (48, 48), "float32").sum(axis=1) * 2.0,
+                             lambda node: node.op == Op.SUM, lambda node: P.reduce(Op.SUM, node.srcs[0], 0)),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED))
+def test_a_planted_bug_is_caught_by_the_exact_check(bug: str) -> None:
+    build, hit, replace = PLANTED[bug]
+    graph = _graph(bug, build)
+    right = unfused(graph)
+    assert all(c.ok for c in check_exact(graph, right, seed=3))
+    wrong = _planted(right, hit, replace)
+    with pytest.raises(ExactMismatch, match="computes another function"):
+        check_exact(graph, wrong, seed=3)
+
+
+def test_a_dropped_term_passes_the_float_check_and_not_the_exact_one() -> None:
+    """A product over K = 16384 that leaves out its last term (a tile loop's off-by-one bound, its operand read
+    through a slice and padded back): the result moves by about 1/sqrt(K) = 0.8%, inside float16's 1e-2."""
+    k = 16384
+    graph = _graph("dropped_term", lambda g: g.input("x", (8, k), "float16") @ g.input("w", (k, 8), "float16"))
+    wrong = _planted(unfused(graph), _reads("x"), lambda node: P.pad(P.slice_(node, [(0, 8), (0, k - 1)]),
+                                                                     [(0, 0), (0, 1)]))
+    checks = verify_program(graph, wrong, seed=0)      # the float check, two draws: passes
+    assert all(c.ok for c in checks) and all(c.error > 1e-3 for c in checks)
+    with pytest.raises(ExactMismatch):
+        check_exact(graph, wrong, seed=0)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_compiled_case_matches_its_chosen_graph_exactly(case: str) -> None:
+    """The kernel program the search returns computes the graph extraction chose, element for element."""
+    compilation = pipeline.Compilation(CASES[case](), pipeline.CompileOptions(budget_s=2, profile=False),
+                                       get_target("sm90"))
+    for stage in pipeline.STAGES[:3]:     # saturate, extract, search
+        stage.run(compilation)
+    assert all(c.ok for c in check_exact(compilation.chosen_graph(), compilation.program(), seed=11))
+
+
+def test_residues_stay_in_the_field_and_views_move_them_unchanged() -> None:
+    graph = _graph("views", lambda g: (g.input("a", (4, 6), "float32").transpose(0, 1).reshape(3, 8) * 1.5).exp())
+    inputs = draw_inputs(graph, seed=5)
+    out = evaluate_exact(graph, inputs, seed=5)["y"]
+    assert out.min() >= 0 and out.max() < PRIME and np.array_equal(out, np.round(out))
+    assert np.array_equal(out, execute_exact(unfused(graph), inputs, seed=5)["y"])
+
+
+def test_compile_checks_its_program_exactly_and_says_against_what() -> None:
+    program = ts.compile(CASES["tensor_core_mlp"](), profile=False, cache=False)
+    exact = program.report["exact"]
+    assert exact["modulus"] == PRIME and exact["outputs"] == list(program.outputs)
+    assert exact["against"] in ("the user's graph", "the rewritten graph extraction chose")
