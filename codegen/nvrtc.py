@@ -256,9 +256,9 @@ def run_nvrtc(source: str, name: str, options: Sequence[str]) -> NvrtcResult:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-@functools.cache
 def include_flags() -> tuple[str, ...]:
-    """The -I flags that put cuda_fp16.h, cuda_bf16.h, mma.h and cuda/std on NVRTC's path."""
+    """The -I flags that put cuda_fp16.h, cuda_bf16.h, mma.h and cuda/std on NVRTC's path (looked for at every
+    compile: the cache folder that holds NVRTC's unpacked headers may have been deleted since the last)."""
     try:
         return _install_bundled_headers()
     except CompileError:
@@ -290,13 +290,18 @@ def _install_bundled_headers() -> tuple[str, ...]:
     """Unpack NVRTC's bundled headers once per NVRTC version (process-safe, NVRTC locks it)."""
     major, minor = nvrtc_version()
     folder = cache_root() / "nvrtc-headers" / f"{major}.{minor}"
+    flags = (f"-I{folder}", f"-I{folder / 'cccl'}")
+    if (folder / "cuda_fp16.h").is_file():
+        return flags
+    folder.mkdir(parents=True, exist_ok=True)
     err, error_log = nvrtc.nvrtcInstallBundledHeaders(str(folder).encode(), nvrtc.NVRTC_INSTALL_HEADERS_SKIP_IF_EXISTS)
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         detail = error_log.decode(errors="replace") if error_log else _error_string(err)
         raise CompileError(f"could not unpack NVRTC's bundled headers into {folder}: {detail}")
-    return (f"-I{folder}", f"-I{folder / 'cccl'}")
+    return flags
 
 
+@functools.cache
 def _wheel_header_flags() -> tuple[str, ...]:
     """-I flags for the CUDA headers shipped in NVIDIA's wheels, for NVRTCs without bundled headers."""
     from cuda import pathfinder

@@ -278,7 +278,8 @@ def _report(c: Compilation) -> dict[str, Any]:
     report = {
         "stage_seconds": {k: round(v, 4) for k, v in c.seconds.items()},
         "checks": [{"output": ch.output, "relative_l2": ch.error, "tolerance": ch.tolerance} for ch in c.checks],
-        "exact": ({"against": c.exact_against, "modulus": PRIME, "outputs": [ch.output for ch in c.exact_checks]}
+        "exact": ({"against": c.exact_against, "modulus": PRIME, "draws": len(c.exact_checks) // len(c.graph.outputs),
+                   "outputs": list(dict.fromkeys(ch.output for ch in c.exact_checks))}
                   if c.exact_checks else {"skipped": f"more than {EXACT_MAX_WORK} elements to evaluate"}),
         "total_ms": c.total_ms, "predicted_ms": predicted, "unfused_predicted_ms": unfused_predicted,
         "unfused_ms": c.unfused_ms,

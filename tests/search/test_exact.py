@@ -107,3 +107,15 @@ def test_compile_checks_its_program_exactly_and_says_against_what() -> None:
     exact = program.report["exact"]
     assert exact["modulus"] == PRIME and exact["outputs"] == list(program.outputs)
     assert exact["against"] in ("the user's graph", "the rewritten graph extraction chose")
+
+
+def test_a_product_whose_operand_is_broadcast_over_rows_and_read_twice() -> None:
+    """sum(expand(v) * expand(w)) where v's expand also makes the M rows, and the product is read again elsewhere:
+    both sides evaluate it as the graph means (the matmul shortcut reads the broadcast operands themselves)."""
+    def build(g: ts.Graph) -> ts.Tensor:
+        v, w = g.input("v", (32,), "float16"), g.input("w", (32, 8), "float16")
+        product = v.reshape(1, 32, 1).expand(4, 32, 8) * w.reshape(1, 32, 8).expand(4, 32, 8)
+        return product.sum(axis=1) + product.max(axis=1)
+    graph = _graph("broadcast_rows", build)
+    assert all(c.ok for c in check_exact(graph, unfused(graph), seed=2))
+    assert evaluate_exact(graph, draw_inputs(graph, 2), 2)["y"].shape == (4, 8)
