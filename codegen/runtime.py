@@ -498,9 +498,12 @@ def _captured(launches: Sequence[Launch]) -> driver.CUgraph:
     try:
         for item in launches:
             launch(item.function, item.grid, item.block, item.args, item.shared_bytes, stream=stream)
-    finally:
-        graph = _cu(driver.cuStreamEndCapture, stream)
-    return graph
+    except DeviceError:
+        err, graph = driver.cuStreamEndCapture(stream)     # end the capture; the launch's own error is the one told
+        if err == driver.CUresult.CUDA_SUCCESS and graph:
+            driver.cuGraphDestroy(graph)
+        raise
+    return _cu(driver.cuStreamEndCapture, stream)
 
 
 # ---- timing -------------------------------------------------------------------------------------

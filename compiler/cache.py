@@ -28,7 +28,7 @@ from tensorsmith.ir.errors import TensorsmithError
 from .program import MANIFEST, Program, load
 
 log = logging.getLogger(__name__)
-_warned: set[str] = set()      # cache folders whose failure has been reported (once a process)
+_warned: set[tuple[str, str]] = set()   # (read or write, cache folder) failures reported (once a process)
 
 
 def program_key(graph: Graph, target: str, options: dict, version: str) -> str:
@@ -54,8 +54,10 @@ class ProgramCache:
                 _remove(folder)
                 return None
             program = load(folder)
-        except (OSError, TensorsmithError) as err:   # removed or replaced by another process meanwhile, or unreadable
-            self._warn(f"could not read the compiled-program cache at {self.root} ({err}); compiling")
+        except FileNotFoundError:                   # removed by another process meanwhile: a miss
+            return None
+        except (OSError, TensorsmithError) as err:   # unreadable
+            self._warn("read", f"could not read the compiled-program cache at {self.root} ({err}); compiling")
             return None
         program.graph = graph                 # the caller's own graph object, structurally equal
         program.report = {**program.report, "from_cache": True}
@@ -77,16 +79,17 @@ class ProgramCache:
                     if is_intact(target):       # another writer's entry won: it is the same program
                         return
                     _remove(target)             # a damaged or partial one: out of the way, then try again
+            raise OSError(f"{target} stayed in the way of three attempts")
         except OSError as err:
-            self._warn(f"could not write the compiled-program cache at {self.root} ({err}); the program is not "
-                       f"cached")
+            self._warn("write", f"could not write the compiled-program cache at {self.root} ({err}); the program is"
+                                f" not cached")
         finally:
             if staging is not None and staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
 
-    def _warn(self, message: str) -> None:
-        if str(self.root) not in _warned:
-            _warned.add(str(self.root))
+    def _warn(self, what: str, message: str) -> None:
+        if (what, str(self.root)) not in _warned:
+            _warned.add((what, str(self.root)))
             log.warning(message)
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from tensorsmith.codegen import runtime
 from tensorsmith.ir.dtypes import DType, numpy_dtype
-from tensorsmith.ir.errors import InputError
+from tensorsmith.ir.errors import DeviceError, InputError
 
 from .executor import VECTOR_ALIGNMENT, Session, kernel_launch, loaded_functions
 
@@ -159,6 +159,15 @@ def framework_of(value: Any) -> _Torch | _Cupy:
     return _frameworks[name]
 
 
+PER_THREAD_STREAM = 2      # CU_STREAM_PER_THREAD: one handle that names another stream in every thread
+
+
+def _stream_key(framework: _Torch | _Cupy, stream: int) -> tuple[str, int, int]:
+    """What names a stream for the workspaces: its handle, and the thread where the handle is the per-thread
+    default stream's (the same number in every thread)."""
+    return framework.name, stream, threading.get_ident() if stream == PER_THREAD_STREAM else 0
+
+
 def workspace_layout(program: Program) -> tuple[dict[str, int], int]:
     """Each temporary's byte offset in one workspace, and the workspace's size."""
     offsets, size = {}, 0
@@ -201,7 +210,7 @@ class DeviceCaller:
         self.lock = threading.Lock()
         self.kernels = list(program.kernels)
         self.offsets, self.workspace_bytes = workspace_layout(program)
-        self.streams: OrderedDict[tuple[str, int], _StreamState] = OrderedDict()
+        self.streams: OrderedDict[tuple[str, int, int], _StreamState] = OrderedDict()
         self.input_specs: dict[str, list[tuple[str, tuple[int, ...], Any]]] = {}
 
     def __call__(self, inputs: dict[str, Any], out: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -218,21 +227,22 @@ class DeviceCaller:
                 pointers[name] = ptr if ptr is not None else input_pointer(program, framework, name, inputs[name], held)
             if framework.capturing(stream):
                 return self._launch_captured(framework, stream, inputs, pointers, out or {})
-            state = self.streams.get((framework.name, stream))
+            key = _stream_key(framework, stream)
+            state = self.streams.get(key)
             if state is None:
-                state = self._new_state(framework, stream)
+                state = self._new_state(key)
             elif len(self.streams) > 1:
-                self.streams.move_to_end((framework.name, stream))
+                self.streams.move_to_end(key)
             outputs = {name: self._output(framework, state.spare, name, out) for name in program.outputs}
             for name, array in outputs.items():
                 pointers[name] = framework.address(array)
-            key = tuple(pointers.values())
-            graph = state.graphs.get(key)
+            addresses = tuple(pointers.values())
+            graph = state.graphs.get(addresses)
             if graph is None:
                 self._check_addresses(framework, inputs, outputs, pointers)
-                graph = self._graph_for(state, key, {**pointers, **state.temporaries})
+                graph = self._graph_for(state, addresses, {**pointers, **state.temporaries})
             else:
-                state.graphs.move_to_end(key)
+                state.graphs.move_to_end(addresses)
             graph.replay(stream)
             for name in program.outputs:             # the next call's outputs, allocated while the GPU works
                 if name not in state.spare and not (out and name in out):
@@ -276,11 +286,12 @@ class DeviceCaller:
                 if other != name and start < other_end and other_start < end:
                     raise InputError(f"out[{name!r}] overlaps {other!r} in memory; pass an output buffer of its own")
 
-    def _new_state(self, framework: _Torch | _Cupy, stream: int) -> _StreamState:
+    def _new_state(self, key: tuple[str, int, int]) -> _StreamState:
+        framework = _frameworks[key[0]]
         workspace = framework.bytes(self.workspace_bytes) if self.workspace_bytes else None
         base = framework.address(workspace) if workspace is not None else 0
         state = _StreamState(workspace, {name: base + offset for name, offset in self.offsets.items()})
-        self.streams[(framework.name, stream)] = state
+        self.streams[key] = state
         if len(self.streams) > STREAMS_KEPT:   # its workspace goes back to the framework's pool for its own stream,
             self.streams.popitem(last=False)   # reused there only after the work queued on that stream
         return state
@@ -292,11 +303,14 @@ class DeviceCaller:
     def _graph_for(self, state: _StreamState, key: tuple[int, ...], pointers: dict[str, int]) -> runtime.LaunchGraph:
         """A graph replaying the launches on `pointers`: a new one, or the least recently used one re-pointed."""
         launches = self._launches(pointers)
-        if len(state.graphs) < GRAPHS_PER_STREAM:
-            graph = runtime.LaunchGraph(launches)
-        else:
+        graph = None
+        if len(state.graphs) >= GRAPHS_PER_STREAM:
             _, graph = state.graphs.popitem(last=False)
-            graph.repoint(launches)
+            try:
+                graph.repoint(launches)
+            except DeviceError:             # the driver could not update it in place: make a new one
+                graph = None
+        graph = graph or runtime.LaunchGraph(launches)
         state.graphs[key] = graph
         return graph
 

@@ -86,7 +86,7 @@ class Program:
                              f" {list(self.outputs)}")
         if device != "cpu" and inputs and is_device_array(next(iter(inputs.values()))):
             caller = self.gpu_state.get("device_caller")
-            if caller is None:
+            if caller is None or len(inputs) != len(self.inputs):
                 self._check_gpu_call(inputs, out)
                 caller = self.gpu_state.setdefault("device_caller", DeviceCaller(self))
             try:

@@ -92,29 +92,41 @@ def test_a_program_captured_in_the_callers_cuda_graph_replays_right(mlp: ts.Prog
 
 
 def test_later_calls_allocate_no_device_memory(mlp: ts.Program) -> None:
+    """After the first calls, a call on torch tensors asks PyTorch's allocator for its outputs alone (the next
+    call's, allocated after the replay), and a call on numpy arrays allocates nothing at all."""
     tensors = _on_gpu(random_inputs(mlp.graph, seed=21))
     arrays = random_inputs(mlp.graph, seed=22)
     for _ in range(2):                           # the first calls make the workspace, the graphs and the spares
         mlp(**tensors)
         mlp(**arrays)
     torch.cuda.synchronize()
-    ours, theirs = runtime.allocation_count(), torch.cuda.memory_stats()["num_device_alloc"]
-    for _ in range(5):
+    stats = torch.cuda.memory_stats()
+    ours, cuda_mallocs, requests = (runtime.allocation_count(), stats["num_device_alloc"],
+                                    stats["allocation.all.allocated"])
+    calls = 5
+    for _ in range(calls):
         mlp(**tensors)
         mlp(**arrays)
     torch.cuda.synchronize()
-    assert (runtime.allocation_count(), torch.cuda.memory_stats()["num_device_alloc"]) == (ours, theirs)
+    stats = torch.cuda.memory_stats()
+    assert (runtime.allocation_count(), stats["num_device_alloc"]) == (ours, cuda_mallocs)
+    assert stats["allocation.all.allocated"] - requests == calls * len(mlp.outputs)
 
 
 def test_calls_on_two_streams_use_workspaces_of_their_own(mlp: ts.Program) -> None:
+    """Two calls held back by one gate on a third stream, so that their kernels start together: each stream's
+    temporaries are its own, or one call's would overwrite the other's."""
     draws = [random_inputs(mlp.graph, seed=31 + i) for i in range(2)]
-    streams = [torch.cuda.Stream() for _ in draws]
-    results = []
-    for stream, inputs in zip(streams, draws):
+    tensors = [_on_gpu(inputs) for inputs in draws]
+    mlp(**tensors[0])                            # warm: modules loaded
+    torch.cuda.synchronize()
+    gate, streams, results = torch.cuda.Stream(), [torch.cuda.Stream() for _ in draws], []
+    with torch.cuda.stream(gate):
+        torch.cuda._sleep(SLEEP_CYCLES)
+    for stream, inputs in zip(streams, tensors):
         with torch.cuda.stream(stream):
-            tensors = _on_gpu(inputs)
-            torch.cuda._sleep(SLEEP_CYCLES // 4)
-            results.append(mlp(**tensors))
+            stream.wait_stream(gate)
+            results.append(mlp(**inputs))
     torch.cuda.synchronize()
     for inputs, outputs in zip(draws, results):
         _assert_right(mlp, inputs, outputs)
