@@ -36,7 +36,7 @@ BINARY_C = {Op.ADD: "({} + {})", Op.MUL: "({} * {})", Op.LESS_THAN: "({} < {})"}
 REDUCE_INIT = {(Op.SUM, "float"): "0.0f", (Op.SUM, "int"): "0", (Op.MAX, "float"): "(-TS_INFINITY)",
                (Op.MAX, "int"): "(-2147483647 - 1)"}
 REDUCE_COMBINE = {(Op.SUM, "float"): "{} + {}", (Op.SUM, "int"): "{} + {}",
-                  (Op.MAX, "float"): "fmaxf({}, {})", (Op.MAX, "int"): "max({}, {})"}
+                  (Op.MAX, "float"): "ts_fmax({}, {})", (Op.MAX, "int"): "max({}, {})"}
 
 
 class NotFusable(Exception):

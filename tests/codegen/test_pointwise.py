@@ -127,3 +127,14 @@ def test_compiled_pointwise_program_on_cpu_matches_the_reference(case: str) -> N
         inputs = random_inputs(graph, seed=40 + draw)
         checks = compare(graph, program(device="cpu", **inputs), ts.evaluate(graph, inputs))
         assert all(c.ok for c in checks), checks
+
+
+def test_max_is_rendered_to_keep_nan() -> None:
+    """Every max the kernels compute is ts_fmax, which returns a NaN operand (fmaxf returns the other one)."""
+    graph = ts.Graph("max_kinds")
+    x = graph.input("x", (16, 300), "float32")
+    graph.output("row_max", x.max(axis=1))
+    graph.output("relu", ts.nn.relu(x))
+    program = ts.compile(graph, profile=False, cache=False)
+    sources = "".join(kernel.source for kernel in program.kernels)
+    assert "ts_fmax(" in sources and "fmaxf(" not in sources.replace("ts_fmax", "")

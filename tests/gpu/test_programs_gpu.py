@@ -117,3 +117,18 @@ def test_a_torch_view_at_an_odd_offset_is_copied_before_16_byte_loads_read_it() 
     host = {k: v.cpu().float().numpy() for k, v in outputs.items()}
     for check in compare(graph, host, ts.evaluate(graph, inputs)):
         assert check.ok, check
+
+
+def test_nan_propagates_through_max_as_in_the_reference() -> None:
+    """A row max and relu (an elementwise max) over rows holding a NaN give NaN where the reference does: fmaxf
+    would return the other operand."""
+    graph = ts.Graph("nan_max")
+    x = graph.input("x", (64, 1000), "float32")
+    graph.output("row_max", x.max(axis=1))
+    graph.output("relu", ts.nn.relu(x))
+    program = ts.compile(graph, profile=False, seed=0)
+    inputs = random_inputs(graph, seed=3)
+    inputs["x"][::7, 123] = np.nan
+    outputs, reference = program(device="cuda", **inputs), ts.evaluate(graph, inputs)
+    for name in graph.outputs:
+        assert np.array_equal(np.isnan(outputs[name]), np.isnan(reference[name])), name
