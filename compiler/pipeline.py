@@ -20,7 +20,8 @@ from tensorsmith.search.cost import kernel_seconds, program_seconds
 from tensorsmith.search.exact import MAX_WORK as EXACT_MAX_WORK
 from tensorsmith.search.exact import PRIME, ExactCheck, check_exact, evaluation_size
 from tensorsmith.search.partition import unfused
-from tensorsmith.search.verify import Check, VerificationError, compare, random_inputs, verify_program
+from tensorsmith.search.verify import (Check, VerificationError, check_verifiable, compare, random_inputs,
+                                       verify_program)
 
 from .cache import ProgramCache, program_key
 from .executor import InProcess, InWorker, Profiler
@@ -221,6 +222,7 @@ def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: in
         if progress:
             progress("cache")
         return hit
+    check_verifiable(graph)
     for stage in STAGES:
         if progress:
             progress(stage.name)

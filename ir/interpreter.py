@@ -184,5 +184,9 @@ def evaluate(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.ndarray
     """
     if not graph.outputs:
         raise InputError(f"graph {graph.name!r} has no outputs")
-    values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs), roots_only=True)
-    return {name: np.array(values[id(node)]) for name, node in graph.outputs.items()}
+    try:
+        values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs), roots_only=True)
+        return {name: np.array(values[id(node)]) for name, node in graph.outputs.items()}
+    except MemoryError as err:
+        raise InputError(f"graph {graph.name!r} is too large to evaluate in float64 on this machine ({err}); evaluate"
+                         f" it at a smaller size") from None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping
 
 import numpy as np
@@ -23,6 +24,43 @@ TOLERANCE = {DType.FLOAT32: 1e-5, DType.FLOAT16: 1e-2, DType.BFLOAT16: 1e-2, DTy
 
 class VerificationError(TensorsmithError, AssertionError):
     """A candidate program disagrees with the reference interpreter."""
+
+
+class TooLargeToVerify(TensorsmithError, ValueError):
+    """The graph's inputs and float64 reference do not fit in this machine's memory, so it cannot be verified here."""
+
+
+def verification_bytes(graph: Graph) -> int:
+    """About how much memory verifying `graph` takes: each input drawn in float32 and held in float64, the largest
+    value the reference computes (views and matmul products are not made), each output from both sides."""
+    nodes = toposort(graph.outputs.values())
+    products = {id(m.reduce.srcs[0]) for n in nodes if (m := match_matmul(n)) is not None}
+    sizes = {id(n): int(np.prod(n.shape, dtype=np.int64)) for n in nodes}
+    largest = max((sizes[id(n)] for n in nodes if id(n) not in products and n.op not in VIEWS), default=0)
+    return (12 * sum(sizes[id(n)] for n in graph.inputs.values()) + 16 * largest
+            + 16 * sum(sizes[id(n)] for n in graph.outputs.values()))
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine has free (MemAvailable), or None where that cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_verifiable(graph: Graph) -> None:
+    """Raise TooLargeToVerify, in one line, where verifying `graph` would not fit in memory: said before a compile
+    starts rather than as a MemoryError after its search."""
+    need, free = verification_bytes(graph), available_memory()
+    if free is not None and need > free:
+        raise TooLargeToVerify(f"graph {graph.name!r} is too large to verify on this machine: its random inputs and"
+                               f" float64 reference take about {need / 2**30:.1f} GiB and {free / 2**30:.1f} GiB are"
+                               f" free; compile it at a smaller size (its kernels do not depend on the data) or where"
+                               f" there is more memory")
 
 
 @dataclass(frozen=True)

@@ -58,3 +58,4 @@ def test_small_ranks_evaluate_and_compile_to_what_numpy_computes(case: str) -> N
     ran = program(device="cpu", **{name: value})["y"]
     assert ran.shape == want.shape
     np.testing.assert_allclose(np.asarray(ran, np.float64), want, rtol=tolerance, atol=tolerance)
+
