@@ -30,15 +30,22 @@ class TooLargeToVerify(TensorsmithError, ValueError):
     """The graph's inputs and float64 reference do not fit in this machine's memory, so it cannot be verified here."""
 
 
-def verification_bytes(graph: Graph) -> int:
-    """About how much memory verifying `graph` takes: each input drawn in float32 and held in float64, the largest
-    value the reference computes (views and matmul products are not made), each output from both sides."""
+def computed_sizes(graph: Graph) -> list[int]:
+    """Elements of each array evaluating `graph` makes: every node but its inputs, its views (numpy views of their
+    source) and its matmuls' (..., M, K, N) products (evaluated as matmuls)."""
     nodes = toposort(graph.outputs.values())
     products = {id(m.reduce.srcs[0]) for n in nodes if (m := match_matmul(n)) is not None}
-    sizes = {id(n): int(np.prod(n.shape, dtype=np.int64)) for n in nodes}
-    largest = max((sizes[id(n)] for n in nodes if id(n) not in products and n.op not in VIEWS), default=0)
-    return (12 * sum(sizes[id(n)] for n in graph.inputs.values()) + 16 * largest
-            + 16 * sum(sizes[id(n)] for n in graph.outputs.values()))
+    return [int(np.prod(n.shape, dtype=np.int64)) for n in nodes
+            if id(n) not in products and n.op not in VIEWS and n.op != Op.INPUT]
+
+
+def verification_bytes(graph: Graph) -> int:
+    """About how much memory verifying `graph` takes: each input drawn in float32 and held in float64, the largest
+    value the reference computes, each output from both sides."""
+    def elements(node: Node) -> int:
+        return int(np.prod(node.shape, dtype=np.int64))
+    return (12 * sum(map(elements, graph.inputs.values())) + 16 * max(computed_sizes(graph), default=0)
+            + 16 * sum(map(elements, graph.outputs.values())))
 
 
 def available_memory() -> int | None:
