@@ -71,6 +71,11 @@ def materialisable(graph: Graph) -> list[Node]:
     return [node for node in nodes if (node.op in COMPUTE or node.op == Op.CAST) and id(node) not in products]
 
 
+# A temporary (and its kernel) is named after what it computes: a matrix product or an attention by that name, since
+# their last op (a sum, or the bias added after it) says little; any other kernel by the op that makes its value.
+KERNEL_LABELS = {"matmul": "matmul", "attention": "attention"}
+
+
 def unfused(graph: Graph) -> KernelProgram:
     """The baseline: one kernel per compute op (views still fold into their consumers)."""
     return build_program(graph, {id(node) for node in materialisable(graph)})[0]
@@ -88,10 +93,11 @@ def build_program(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, 
     for node in graph.nodes():
         if node.op == Op.INPUT or (id(node) not in materialised and id(node) not in output_of):
             continue
-        name = output_of.get(id(node)) or f"{node.op.value}{len(kernels)}"
-        buffers[name] = Buffer(name, node.shape, node.dtype, "output" if id(node) in output_of else "temp")
         body = _copy_cone(node, buffer_of, buffers, origins)
-        kernels.append(Kernel(f"{graph.name}_{name}", _archetype(body), ((name, body),)))
+        archetype = _archetype(body)
+        name = output_of.get(id(node)) or f"{KERNEL_LABELS.get(archetype, node.op.value)}{len(kernels)}"
+        buffers[name] = Buffer(name, node.shape, node.dtype, "output" if id(node) in output_of else "temp")
+        kernels.append(Kernel(f"{graph.name}_{name}", archetype, ((name, body),)))
         buffer_of[id(node)] = name
     for name, node in graph.outputs.items():
         if buffer_of[id(node)] != name:   # a second name for one value, or an input passed straight out
