@@ -457,9 +457,8 @@ class LaunchGraph:
 
     def __init__(self, launches: Sequence[Launch]):
         _ensure_context()
-        self.launches = list(launches)
-        self.description = f"the graph of {', '.join(item.function.name for item in self.launches)}"  # for errors
-        graph = _captured(self.launches)
+        self.description = f"the graph of {', '.join(item.function.name for item in launches)}"  # for errors
+        graph = _captured(launches)
         try:
             self.handle: driver.CUgraphExec = _cu(driver.cuGraphInstantiate, graph, 0)
         finally:
@@ -474,7 +473,6 @@ class LaunchGraph:
             _cu(driver.cuGraphExecUpdate, self.handle, graph)
         finally:
             _cu(driver.cuGraphDestroy, graph)
-        self.launches = list(launches)
 
     def replay(self, stream: int = 0) -> None:
         """Queue every launch on `stream`, in order."""

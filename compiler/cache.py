@@ -20,10 +20,9 @@ import shutil
 import uuid
 from pathlib import Path
 
+from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.knobs import cache_root
-
-from tensorsmith.ir.errors import TensorsmithError
 
 from .program import MANIFEST, Program, load
 

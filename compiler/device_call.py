@@ -29,7 +29,7 @@ from tensorsmith.codegen import runtime
 from tensorsmith.ir.dtypes import DType, numpy_dtype
 from tensorsmith.ir.errors import DeviceError, InputError
 
-from .executor import VECTOR_ALIGNMENT, Session, kernel_launch, loaded_functions
+from .executor import VECTOR_ALIGNMENT, Session, kernel_launches, loaded_functions
 
 if TYPE_CHECKING:
     from .program import Program
@@ -230,7 +230,7 @@ class DeviceCaller:
             key = _stream_key(framework, stream)
             state = self.streams.get(key)
             if state is None:
-                state = self._new_state(key)
+                state = self._new_state(framework, key)
             elif len(self.streams) > 1:
                 self.streams.move_to_end(key)
             outputs = {name: self._output(framework, state.spare, name, out) for name in program.outputs}
@@ -286,8 +286,7 @@ class DeviceCaller:
                 if other != name and start < other_end and other_start < end:
                     raise InputError(f"out[{name!r}] overlaps {other!r} in memory; pass an output buffer of its own")
 
-    def _new_state(self, key: tuple[str, int, int]) -> _StreamState:
-        framework = _frameworks[key[0]]
+    def _new_state(self, framework: _Torch | _Cupy, key: tuple[str, int, int]) -> _StreamState:
         workspace = framework.bytes(self.workspace_bytes) if self.workspace_bytes else None
         base = framework.address(workspace) if workspace is not None else 0
         state = _StreamState(workspace, {name: base + offset for name, offset in self.offsets.items()})
@@ -297,8 +296,7 @@ class DeviceCaller:
         return state
 
     def _launches(self, pointers: dict[str, int]) -> list[runtime.Launch]:
-        return [kernel_launch(kernel, function, pointers)
-                for kernel, function in zip(self.kernels, loaded_functions(self.program))]
+        return kernel_launches(self.kernels, loaded_functions(self.program), pointers)
 
     def _graph_for(self, state: _StreamState, key: tuple[int, ...], pointers: dict[str, int]) -> runtime.LaunchGraph:
         """A graph replaying the launches on `pointers`: a new one, or the least recently used one re-pointed."""

@@ -17,6 +17,7 @@ import itertools
 import logging
 import threading
 import weakref
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from statistics import median
@@ -81,6 +82,12 @@ def kernel_launch(kernel: CompiledKernel, function: runtime.Function, pointers: 
                           launch_arguments(kernel.params, kernel.tensor_maps, pointers), kernel.shared_bytes)
 
 
+def kernel_launches(kernels: Sequence[CompiledKernel], functions: Sequence[runtime.Function],
+                    pointers: dict[str, int]) -> list[runtime.Launch]:
+    """Each kernel's launch, in order, with its buffers at `pointers`."""
+    return [kernel_launch(kernel, function, pointers) for kernel, function in zip(kernels, functions)]
+
+
 # Each Program's loaded kernels, so that calling it again does not load its modules again: keyed by the
 # Program's id and dropped when the Program is collected; within, by (name, cubin), so a kernel swapped in
 # is loaded and the one it replaced is let go.
@@ -132,8 +139,7 @@ class Session:
 
     def launches(self) -> list[runtime.Launch]:
         """Every kernel's launch on this session's buffers, in order."""
-        return [kernel_launch(kernel, function, self.pointers)
-                for kernel, function in zip(self.program.kernels, self.functions)]
+        return kernel_launches(self.program.kernels, self.functions, self.pointers)
 
     def run_all(self) -> None:
         for position in range(len(self.program.kernels)):

@@ -200,13 +200,21 @@ def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: in
     with each stage's name and the search's counts; by default they go to a progress line where standard error is
     a terminal, else to the "tensorsmith" logger at INFO; False says nothing.
     """
-    if progress is None or progress is True:
-        reporter = default_progress(graph.name, len(STAGES))
-        try:
-            return compile(graph, target, budget_s, seed, profile, reporter, cache, cache_dir)
-        finally:
+    reporter = default_progress(graph.name, len(STAGES)) if progress is None or progress is True else None
+    callback = reporter if reporter is not None else progress if callable(progress) else None
+    try:
+        options = CompileOptions(target, budget_s, seed, profile, callback)
+        store = ProgramCache(Path(cache_dir) if cache_dir else None) if cache else None
+        return _compile(graph, options, store)
+    finally:
+        if reporter is not None:
             reporter.done()
-    progress = progress or None
+
+
+def _compile(graph: Graph, options: CompileOptions, store: ProgramCache | None) -> Program:
+    """compile() once its progress reporter and its cache (None: none) are settled."""
+    target, budget_s, seed, profile, progress = (options.target, options.budget_s, options.seed, options.profile,
+                                                 options.progress)
     if not graph.outputs:
         raise GraphError(f"graph {graph.name!r} has no outputs; register one with graph.output(name, tensor)")
     if not budget_s > 0:
@@ -214,9 +222,7 @@ def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: in
     if getattr(multiprocessing.current_process(), "_inheriting", False):   # a spawned worker importing __main__
         raise TensorsmithError("compile() was called while a tensorsmith worker process imported the main script;"
                                " call it under `if __name__ == '__main__':`")
-    options = CompileOptions(target, budget_s, seed, profile, progress)
     compilation = Compilation(graph, options, get_target(target))
-    store = ProgramCache(Path(cache_dir) if cache_dir else None) if cache else None
     key = program_key(graph, target, {"seed": seed, "budget_s": budget_s, "profile": _profiles(profile)}, VERSION)
     if store is not None and (hit := store.get(key, graph)) is not None:
         if progress:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from tensorsmith.search.engine import SearchProgress
@@ -82,5 +82,3 @@ def default_progress(graph: str, stages: int) -> Progress | LoggedProgress:
     """What `ts.compile` reports to when the caller passes nothing: a terminal's line, else the logger."""
     return Progress(stages, quiet=False) if sys.stderr.isatty() else LoggedProgress(graph)
 
-
-ProgressCallback = Callable[[object], None]
