@@ -1,6 +1,7 @@
 """Beam search over the decision tree: kernel boundaries first, then one schedule per kernel.
 
-Boundaries: start from the greedy partition and the unfused program; each round expands every member
+Boundaries: start from the greedy partition, the greedy partition with its matmuls' computed operands materialised,
+and the unfused program; each round expands every member
 of the beam by one move (materialise one node more or one fewer) and keeps the `width` cheapest, each
 scored at its best completion (every kernel at its cheapest feasible schedule: the cost model adds
 kernel times, so that is a true lower bound). Schedules: each kept boundary set is completed kernel by
@@ -41,7 +42,7 @@ def beam(space: CandidateSpace, cfg: BeamConfig, deadline: float = math.inf,
 
 
 def _boundary_beam(space: CandidateSpace, cfg: BeamConfig, deadline: float) -> list[Boundaries]:
-    starts = [space.greedy(), space.unfused()]
+    starts = [space.greedy(), space.operands_materialised(), space.unfused()]
     scores: dict[Boundaries, float] = {}
     for boundaries in starts:
         if space.expression_ok(boundaries):

@@ -49,6 +49,10 @@ BLOCK_SYNC_S = 120e-9          # and, past one warp, the shared-memory exchange 
 VECTOR_BYTES = 16              # the widest load
 MMA_BYTES = 2                  # tensor-core operands are fp16 or bf16
 MMA_PAD = 8                    # the matmul template pads each shared tile row by 8 elements
+PROLOGUE_LATENCY_SHARE = 0.8  # of a DRAM latency, what each element of a computed operand's tile costs a thread
+                               # per K step: its loads wait before the tile's store to shared memory (H200, 2048
+                               # x 5632 x 2048 fp16, RMSNorm computed in A's loads, 64x64x32 tiles: 7.7 us a step
+                               # for 16 elements a thread)
 SHALLOW_RING = 3               # a matmul ring this deep or less exposes a whole step's latency (calibrated: with 2,
                                # the 109 rows of 3- and 4-stage rings fit worse, 1.22x in the median against 1.17x)
 
@@ -170,6 +174,7 @@ class Geometry:
     tile_steps: float = 0.0   # attention: key-tile steps of all blocks, each with a fixed cost in its block
     slots: int = 0            # a persistent kernel: the blocks it launches, each walking `blocks` / slots tiles
     ring: int = 0             # a matmul's pipeline stages: tiles a block has in flight while it computes on one
+    computed_per_step: int = 0   # a matmul's operand elements each thread computes (not copies) per K step
 
 
 def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: Schedule) -> Geometry:
@@ -187,10 +192,12 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
         threads, bk = launch["block"][0], params["bk"]
         tile_loads = params["stages"] * params["bm"] * bk // threads   # elements in flight per thread
         persistent = launch.get("persistent", False)   # then `blocks` counts output tiles, the grid walks them
+        computed = ((0 if launch["copy_a"] else params["bm"] * bk) + (0 if launch["copy_b"] else bk * params["bn"]))
         return Geometry(launch["tiles"] if persistent else math.prod(launch["grid"]), threads, launch["shared_bytes"],
                         MMA_BYTES, max(1, tile_loads), -(-launch["kdim"] // bk),
                         "wgmma" if launch.get("arch") == WGMMA_ARCH else "mma",
-                        slots=launch["grid"][0] if persistent else 0, ring=launch["stages"])
+                        slots=launch["grid"][0] if persistent else 0, ring=launch["stages"],
+                        computed_per_step=-(-computed // threads))
     if kernel.archetype == "attention":   # 16-byte copies of K and V tiles; a block walks its key tiles in turn
         match = _attention_of(kernel)
         _, _, dqk, dv = match.dims
@@ -273,6 +280,7 @@ def critical_path(kernel: Kernel, geometry: Geometry, work: Work, target: Target
         step = target.cache_latency_s + BLOCK_SYNC_S
         if geometry.ring > SHALLOW_RING:   # a deeper ring hides more of each step's wait (Little's law)
             step *= SHALLOW_RING / geometry.ring
+        step += geometry.computed_per_step * PROLOGUE_LATENCY_SHARE * target.dram_latency_s   # no ring hides these
         return target.dram_latency_s + geometry.row_iterations * step
     sync = REDUCE_SYNC_S + (BLOCK_SYNC_S if geometry.threads > WARP and geometry.loads_in_flight else 0.0)
     if work.preloaded:   # one round of vector loads, then every pass reads registers

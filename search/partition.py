@@ -16,7 +16,7 @@ from tensorsmith.ir import primitives as P
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Buffer, Kernel, KernelProgram
 from tensorsmith.ir.node import Node, toposort
-from tensorsmith.ir.ops import COMPUTE, Op, REDUCE
+from tensorsmith.ir.ops import COMPUTE, ELEMENTWISE, Op, REDUCE, VIEWS
 from tensorsmith.ir.patterns import match_matmul
 
 Origins = dict[int, Node]  # id of a node in a kernel body -> the graph node it copies
@@ -59,6 +59,31 @@ def _attention_first(kernel: Kernel, refused: Node) -> Node:
                 and any(inner is refused for inner in toposort([node]))):
             return node
     return refused
+
+
+def computed_operands(graph: Graph) -> list[Node]:
+    """The elementwise node that computes each tensor-core matmul operand not a view of a buffer, in graph order.
+
+    Such an operand (a normalised activation, a scaled weight) is computed element by element as its tiles load,
+    which rules out the asynchronous copies and TMA; with the node materialised the matmul reads a plain buffer.
+    An attention's two products are not counted: its kernel computes them from its operands.
+    """
+    nodes = graph.nodes()
+    in_attention: set[int] = set()
+    for node in nodes:
+        if node.op == Op.SUM and (attention := attention_match(node)) is not None:
+            in_attention |= {id(attention.output), id(attention.qk.reduce)}
+    found: dict[int, Node] = {}
+    for node in nodes:
+        match = tensor_core_match(node) if node.op == Op.SUM and id(node) not in in_attention else None
+        for operand in (match.lhs, match.rhs) if match is not None else ():
+            source = operand.srcs[0]
+            while source.op in VIEWS:
+                source = source.srcs[0]
+            if source.op in ELEMENTWISE:
+                found.setdefault(id(source), source)
+    order = {id(node): i for i, node in enumerate(nodes)}
+    return sorted(found.values(), key=lambda node: order[id(node)])
 
 
 def materialisable(graph: Graph) -> list[Node]:
