@@ -245,6 +245,8 @@ def _operand(shapes: dict, node: Node, index: tuple[str, ...],
     if len(loads) == 1 and len(emitter.lines) == 1 and loads[0][0].dtype == node.dtype:
         leaf, where = loads[0]
         shape = shapes[leaf.arg]
+        while len(shape) > 1 and shape[-1] == 1 and where[-1] == "0":   # a matrix kept with a trailing unit axis
+            shape, where = shape[:-1], where[:-1]
         if where[-1] == major and shape[-1] % CHUNK == 0:
             copy = {"buffer": leaf.arg, "offset": linear_index(where, shape), "where": where, "shape": shape}
     return emitter.lines, value, major, copy

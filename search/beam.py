@@ -27,7 +27,7 @@ class BeamConfig:
 
 def beam(space: CandidateSpace, cfg: BeamConfig, deadline: float = math.inf,
          on_candidate: Callable[[Candidate, float], None] | None = None) -> list[tuple[float, Candidate]]:
-    """Full candidates, cheapest first (predicted seconds, candidate); stops early at `deadline`."""
+    """Full candidates, preferred first (`space.rank`), with their predicted seconds; stops early at `deadline`."""
     frontier = _boundary_beam(space, cfg, deadline)
     finished: dict[Candidate, float] = {}
     for boundaries in frontier:
@@ -38,7 +38,7 @@ def beam(space: CandidateSpace, cfg: BeamConfig, deadline: float = math.inf,
                     on_candidate(candidate, seconds)
         if time.monotonic() > deadline:
             break
-    return sorted(((s, c) for c, s in finished.items()), key=lambda item: (item[0], _order(item[1])))
+    return sorted(((s, c) for c, s in finished.items()), key=lambda item: (space.rank(item[1]), _order(item[1])))
 
 
 def _boundary_beam(space: CandidateSpace, cfg: BeamConfig, deadline: float) -> list[Boundaries]:
@@ -65,20 +65,22 @@ def _boundary_beam(space: CandidateSpace, cfg: BeamConfig, deadline: float) -> l
 
 
 def _schedule_beam(space: CandidateSpace, boundaries: Boundaries, cfg: BeamConfig) -> list[tuple[float, Candidate]]:
+    """Partial assignments ordered by their schedules' ranks (space.ScheduleOptions), returned with their seconds."""
     kernels = len(space.program(boundaries).kernels)
     options = [space.options(boundaries, position) for position in range(kernels)]
     if any(not o.schedules for o in options):
         return []
-    bound = [o.seconds[0] for o in options]
-    partial: list[tuple[float, tuple]] = [(0.0, ())]
+    bound = [o.ranks[0] for o in options]
+    partial: list[tuple[float, float, tuple]] = [(0.0, 0.0, ())]
     for position, option in enumerate(options):
         rest = sum(bound[position + 1:])
-        grown = [(spent + seconds, chosen + (schedule,))
-                 for spent, chosen in partial
-                 for schedule, seconds in list(zip(option.schedules, option.seconds))[:cfg.schedules_per_kernel]]
-        grown.sort(key=lambda item: (item[0] + rest, [str(s) for s in item[1]]))
+        grown = [(ranked + rank, spent + seconds, chosen + (schedule,))
+                 for ranked, spent, chosen in partial
+                 for schedule, seconds, rank in list(zip(option.schedules, option.seconds,
+                                                         option.ranks))[:cfg.schedules_per_kernel]]
+        grown.sort(key=lambda item: (item[0] + rest, [str(s) for s in item[2]]))
         partial = grown[:cfg.width]
-    return [(spent, Candidate(boundaries, chosen)) for spent, chosen in partial]
+    return [(spent, Candidate(boundaries, chosen)) for _, spent, chosen in partial]
 
 
 def _top(scores: dict[Boundaries, float], width: int) -> list[Boundaries]:

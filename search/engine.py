@@ -249,10 +249,11 @@ def _greedy_candidate(space: CandidateSpace) -> Candidate | None:
 
 
 def _choose(run: _Run) -> Candidate:
-    """The best candidate that passes random testing: by measured time where measured, else predicted."""
+    """The best candidate that passes random testing: by measured time where measured, else by the model's rank
+    (its predicted time, schedules other than codegen's defaults counted DEFAULT_MARGIN slower)."""
     def rank(candidate: Candidate) -> tuple:
         measured = run.measured.get(candidate)
-        return (0 if measured is not None else 1, measured if measured is not None else run.predicted[candidate],
+        return (0 if measured is not None else 1, measured if measured is not None else run.space.rank(candidate),
                 sorted(candidate.boundaries), [str(s) for s in candidate.schedules])
 
     tried = 0

@@ -62,11 +62,13 @@ def _attention_first(kernel: Kernel, refused: Node) -> Node:
 
 
 def computed_operands(graph: Graph) -> list[Node]:
-    """The elementwise node that computes each tensor-core matmul operand not a view of a buffer, in graph order.
+    """What to materialise so that each tensor-core matmul reads its operands as plain buffers, in graph order.
 
-    Such an operand (a normalised activation, a scaled weight) is computed element by element as its tiles load,
-    which rules out the asynchronous copies and TMA; with the node materialised the matmul reads a plain buffer.
-    An attention's two products are not counted: its kernel computes them from its operands.
+    An operand computed elementwise (a normalised activation, a scaled weight) is computed element by element as
+    its tiles load, which rules out the asynchronous copies and TMA: its elementwise node is listed. An operand
+    that is a view of another kernel's output (an attention's heads permuted back into rows) is listed as its
+    view, whose buffer is then a plain copy. An attention's two products are not counted: its kernel computes
+    them from its operands.
     """
     nodes = graph.nodes()
     in_attention: set[int] = set()
@@ -77,23 +79,34 @@ def computed_operands(graph: Graph) -> list[Node]:
     for node in nodes:
         match = tensor_core_match(node) if node.op == Op.SUM and id(node) not in in_attention else None
         for operand in (match.lhs, match.rhs) if match is not None else ():
-            source = operand.srcs[0]
+            view = source = operand.srcs[0]
+            while view.op == Op.RESHAPE and _squeezed(view.shape) == _squeezed(view.srcs[0].shape):
+                view = view.srcs[0]   # past the unit axes that matmul's lowering adds: the operand as a matrix
             while source.op in VIEWS:
                 source = source.srcs[0]
             if source.op in ELEMENTWISE:
                 found.setdefault(id(source), source)
+            elif source.op in REDUCE and view is not source:
+                found.setdefault(id(view), view)
     order = {id(node): i for i, node in enumerate(nodes)}
     return sorted(found.values(), key=lambda node: order[id(node)])
 
 
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(size for size in shape if size != 1)
+
+
 def materialisable(graph: Graph) -> list[Node]:
-    """The nodes that may get a buffer of their own, in graph order: compute ops and casts (views stay free).
+    """The nodes that may get a buffer of their own, in graph order: compute ops and casts (views stay free, but
+    for a view of a kernel's output that a matmul reads: see computed_operands).
 
     A matmul's (..., M, K, N) product is never one: it exists only inside its sum.
     """
     nodes = graph.nodes()
     products = {id(match.reduce.srcs[0]) for node in nodes if (match := match_matmul(node)) is not None}
-    return [node for node in nodes if (node.op in COMPUTE or node.op == Op.CAST) and id(node) not in products]
+    operand_views = {id(node) for node in computed_operands(graph) if node.op in VIEWS}
+    return [node for node in nodes if (node.op in COMPUTE or node.op == Op.CAST or id(node) in operand_views)
+            and id(node) not in products]
 
 
 # A temporary (and its kernel) is named after what it computes: a matrix product or an attention by that name, since

@@ -28,6 +28,11 @@ from .partition import computed_operands, legalise, materialisable
 from .prune import AbstractChecker, feasible_schedules, kernel_facts, schedule_space_size
 
 RENDERED_PER_KERNEL = 6      # schedules per kernel that must render; more than any strategy branches on
+DEFAULT_MARGIN = 1.25        # how much faster the model must predict a schedule than codegen's default (picked from
+                             # measurements) to prefer it: on the H200 the model's choice among a matmul's TMA
+                             # schedules, predicted 3% faster, measured up to 1.8x slower (2048 x 2048 x 2048 split
+                             # in two: 54 against 30 us), while in the prologue path a 3.4x predicted gain measured 1.3x
+MEASURED_DEFAULTS = ("matmul", "attention")   # the archetypes whose defaults were picked from measured sweeps
 Boundaries = frozenset[int]   # positions in graph.nodes() of the nodes that get a buffer
 
 
@@ -54,10 +59,13 @@ class SpaceStats:
 
 @dataclass
 class ScheduleOptions:
-    """The schedules of one kernel that survive every check, cheapest first, with predicted seconds."""
+    """The schedules of one kernel that survive every check, preferred first, with predicted seconds; `ranks` are
+    the seconds they are ordered by (a matmul's or an attention's default schedule at its prediction, any other
+    DEFAULT_MARGIN times slower)."""
 
     schedules: tuple[Schedule, ...]
     seconds: tuple[float, ...]
+    ranks: tuple[float, ...] = ()
 
 
 @dataclass
@@ -168,11 +176,20 @@ class CandidateSpace:
         return dataclasses.replace(program, kernels=kernels, buffers=dict(program.buffers))
 
     def seconds(self, candidate: Candidate) -> float:
+        """The model's time for the candidate."""
+        return self._total(candidate, "seconds")
+
+    def rank(self, candidate: Candidate) -> float:
+        """What unmeasured candidates are ordered by: the model's time with schedules other than codegen's defaults
+        DEFAULT_MARGIN slower."""
+        return self._total(candidate, "ranks")
+
+    def _total(self, candidate: Candidate, column: str) -> float:
         program = self.program(candidate.boundaries)
         total = 0.0
         for position, schedule in enumerate(candidate.schedules):
             options = self.options(candidate.boundaries, position)
-            total += options.seconds[options.schedules.index(schedule)]
+            total += getattr(options, column)[options.schedules.index(schedule)]
         return total if len(candidate.schedules) == len(program.kernels) else math.inf
 
     def describe(self, candidate: Candidate) -> str:
@@ -184,8 +201,9 @@ class CandidateSpace:
     def _schedule(self, program: KernelProgram, position: int) -> ScheduleOptions:
         """Z3 and is_valid filter the whole space; the survivors are costed, and rendered cheapest first
         (codegen's default schedule first among equals) until RENDERED_PER_KERNEL of them render. Codegen's
-        default, picked from measurements, is always among them where it survives: the model misprices some
-        schedules (benchmarks/matmul.py's deep rings at M <= 128), and search must not lose the measured choice."""
+        default, picked from measurements, is always among them where it survives, and first unless another is
+        predicted DEFAULT_MARGIN faster: the model misprices some schedules (benchmarks/matmul.py's deep rings at
+        M <= 128), and search must not lose the measured choice."""
         kernel = program.kernels[position]
         shapes = {name: buf.shape for name, buf in program.buffers.items()}
         self.stats.kernels_scheduled += 1
@@ -193,7 +211,7 @@ class CandidateSpace:
             facts = kernel_facts(kernel, shapes)
             default = default_schedule(kernel, shapes, self.target.arch)
         except NotFusable:
-            return ScheduleOptions((), ())
+            return ScheduleOptions((), (), ())
         self.stats.schedules_considered += schedule_space_size(kernel.archetype)
         costed: list[tuple[float, int, Schedule]] = []
         for order, verdict in enumerate(feasible_schedules(facts, self.target)):
@@ -216,8 +234,12 @@ class CandidateSpace:
                 break
         measured_choice = next(((seconds, schedule) for seconds, _, schedule in costed if schedule == default), None)
         if measured_choice is not None and measured_choice not in kept and self._renders(program, position, default):
-            kept = sorted(kept[:RENDERED_PER_KERNEL - 1] + [measured_choice], key=lambda item: item[0])
-        return ScheduleOptions(tuple(s for _, s in kept), tuple(t for t, _ in kept))
+            kept = kept[:RENDERED_PER_KERNEL - 1] + [measured_choice]
+        margin = DEFAULT_MARGIN if kernel.archetype in MEASURED_DEFAULTS else 1.0
+        ranked = sorted(((seconds if schedule == default else seconds * margin, seconds, schedule)
+                         for seconds, schedule in kept), key=lambda item: item[0])
+        return ScheduleOptions(tuple(s for _, _, s in ranked), tuple(t for _, t, _ in ranked),
+                               tuple(r for r, _, _ in ranked))
 
     def _renders(self, program: KernelProgram, position: int, schedule: Schedule) -> bool:
         trial = dataclasses.replace(program.kernels[position], schedule=schedule)
