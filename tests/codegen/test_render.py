@@ -18,7 +18,7 @@ def test_case_renders_and_compiles_to_cubin(case: str) -> None:
     for kernel in render_program(program):
         assert kernel.archetype in ARCHETYPES
         assert f"void __launch_bounds__({kernel.block[0]}) {kernel.name}(" in kernel.source
-        assert compile_cubin(kernel.source, kernel.name, arch="sm_90")[:4] == ELF_MAGIC
+        assert compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90")[:4] == ELF_MAGIC   # sm_90a: wgmma
 
 
 def test_header_names_graph_nodes_archetype_schedule_and_launch() -> None:

@@ -7,8 +7,15 @@ import numpy as np
 import pytest
 
 import tensorsmith as ts
+from graph_cases import decoder_block
 from kernel_launch import run_rendered
 from matmul_cases import MANY_TILE_CASES, MATMUL_CASES, MATMUL_SCHEDULES, PERSISTENT_SCHEDULES, matmul_program
+from tensorsmith.codegen.matmul import takes_wgmma
+from tensorsmith.codegen.render import render_program
+from tensorsmith.codegen.schedules import default_schedule
+from tensorsmith.ir.targets import get_target
+from tensorsmith.search.prune import AbstractChecker
+from tensorsmith.search.space import CandidateSpace
 from tensorsmith.search.verify import random_inputs, relative_l2
 
 pytestmark = pytest.mark.gpu
@@ -64,3 +71,24 @@ def test_persistent_tma_matmul_walks_several_tiles_per_block(case: str, schedule
     (name,) = graph.outputs
     assert not np.isnan(out).any(), "unwritten (poisoned) elements"
     assert relative_l2(out, ts.evaluate(graph, inputs)[name]) < 1e-2
+
+
+@pytest.mark.parametrize("form", ["greedy", "operands_materialised"])
+@pytest.mark.parametrize("tokens", [200, 256])
+def test_a_decoder_block_with_its_matmul_operands_fused_or_materialised_matches_reference(form: str, tokens: int) -> None:
+    """The block's matmuls read a normalised activation and the attention's heads permuted back into rows: computed
+    in the tile loads (mma.sync, the greedy form) or materialised first and copied by TMA (wgmma), at 200 tokens
+    (no tile divides them) and 256, under codegen's default schedules."""
+    graph = decoder_block(tokens=tokens)
+    space = CandidateSpace(graph, get_target("sm90"), AbstractChecker())
+    program = space.program(getattr(space, form)())
+    shapes = {name: buffer.shape for name, buffer in program.buffers.items()}
+    program = dataclasses.replace(program, kernels=[dataclasses.replace(k, schedule=default_schedule(k, shapes))
+                                                    for k in program.kernels])
+    on_tma = [takes_wgmma(k, shapes) for k in program.kernels if k.archetype == "matmul"]
+    assert all(on_tma) if form == "operands_materialised" else not all(on_tma)
+    for draw in range(2):
+        inputs = random_inputs(graph, seed=300 + draw)
+        out = run_rendered(program, render_program(program), inputs)["y"]
+        assert not np.isnan(out).any(), "unwritten (poisoned) elements"
+        assert relative_l2(out, ts.evaluate(graph, inputs)["y"]) < 1e-2

@@ -1,0 +1,100 @@
+"""A matmul operand computed in its tile loads (a normalised activation) or a view of another kernel's output (heads
+permuted back into rows) is slow to load; search may give it a buffer of its own, so that the matmul copies plain
+buffers by TMA, and the cost model prices the two forms so that it does where that is faster."""
+from __future__ import annotations
+
+import dataclasses
+
+from graph_cases import decoder_block
+
+import tensorsmith as ts
+from tensorsmith import nn
+from tensorsmith.codegen.matmul import takes_wgmma
+from tensorsmith.codegen.schedules import default_schedule
+from tensorsmith.ir.kernel_program import KernelProgram, Schedule
+from tensorsmith.ir.ops import Op, VIEWS
+from tensorsmith.ir.targets import get_target
+from tensorsmith.search.beam import BeamConfig
+from tensorsmith.search.cost import launch_geometry, kernel_seconds
+from tensorsmith.search.engine import SearchConfig, search_program
+from tensorsmith.search.mcts import MCTSConfig
+from tensorsmith.search.partition import computed_operands
+from tensorsmith.search.prune import AbstractChecker
+from tensorsmith.search.space import DEFAULT_MARGIN, CandidateSpace
+from tensorsmith.search.verify import verify_program
+
+SM90 = get_target("sm90")
+MMA_SYNC = Schedule.of(bm=128, bn=128, bk=64, stages=3, warps_m=2, warps_n=4, split_k=1, wgmma=0)
+
+
+def _matmuls(program: KernelProgram) -> list:
+    return [kernel for kernel in program.kernels if kernel.archetype == "matmul"]
+
+
+def _shapes(program: KernelProgram) -> dict:
+    return {name: buffer.shape for name, buffer in program.buffers.items()}
+
+
+def _rms_norm_linear(tokens: int, width: int = 2048) -> ts.Graph:
+    g = ts.Graph(f"rms_norm_linear_{tokens}")
+    x, norm = g.input("x", (tokens, width), "float16"), g.input("norm", (width,), "float16")
+    g.output("y", nn.linear(nn.rms_norm(x, norm), g.input("w", (width, width), "float16")))
+    return g
+
+
+def test_the_block_operands_are_its_norms_its_gate_and_its_attention_view() -> None:
+    operands = computed_operands(decoder_block())
+    ops = sorted(node.op.value for node in operands)
+    assert ops == ["mul", "mul", "mul", "reshape"]       # two RMSNorms, silu(gate) * up, the attention's rows
+    (view,) = [node for node in operands if node.op in VIEWS]
+    assert [size for size in view.shape if size != 1] == [200, 256] and view.srcs[0].op == Op.PERMUTE
+
+
+def test_with_its_operands_materialised_every_matmul_of_the_block_copies_both_operands_and_computes_the_same() -> None:
+    graph = decoder_block()
+    space = CandidateSpace(graph, SM90, AbstractChecker())
+    greedy, materialised = space.program(space.greedy()), space.program(space.operands_materialised())
+    assert not all(takes_wgmma(k, _shapes(greedy)) for k in _matmuls(greedy))   # the greedy fuses the prologues
+    assert len(_matmuls(materialised)) == 7
+    assert all(takes_wgmma(k, _shapes(materialised)) for k in _matmuls(materialised))
+    assert space.expression_ok(space.operands_materialised())
+    verify_program(graph, materialised, seed=3)   # raises if the materialised program computes anything else
+
+
+def test_a_computed_operand_costs_its_loads_latency_every_k_step() -> None:
+    graph = _rms_norm_linear(2048)
+    space = CandidateSpace(graph, SM90, AbstractChecker())
+    fused = space.program(space.greedy())
+    (matmul,) = _matmuls(fused)
+    fused = dataclasses.replace(fused, kernels=[dataclasses.replace(k, schedule=MMA_SYNC) if k is matmul else k
+                                                for k in fused.kernels])
+    geometry = launch_geometry(fused.kernels[-1], _shapes(fused), MMA_SYNC)
+    assert geometry.computed_per_step == 128 * 64 // 256    # A's tile, element by element; B is copied
+    materialised = space.program(space.operands_materialised())
+    (plain,) = _matmuls(materialised)
+    plain = dataclasses.replace(plain, schedule=MMA_SYNC)
+    assert launch_geometry(plain, _shapes(materialised), MMA_SYNC).computed_per_step == 0
+    assert kernel_seconds(fused.kernels[-1], fused, SM90) > 3 * kernel_seconds(plain, materialised, SM90)
+
+
+def test_search_gives_a_prefill_norm_its_own_kernel_and_the_matmul_tma() -> None:
+    graph = _rms_norm_linear(2048)
+    result = search_program(graph, "sm90", budget_s=60, config=SearchConfig(BeamConfig(width=3, rounds=2),
+                                                                             MCTSConfig(iterations=8)))
+    (matmul,) = _matmuls(result.program)
+    assert matmul.schedule["wgmma"] == 1 and takes_wgmma(matmul, _shapes(result.program))
+    assert len(result.program.kernels) > 1 and result.predicted_us < result.greedy_us
+
+
+def test_a_matmul_default_schedule_is_kept_unless_another_is_predicted_well_faster() -> None:
+    graph = _rms_norm_linear(2048)
+    space = CandidateSpace(graph, SM90, AbstractChecker())
+    boundaries = space.operands_materialised()
+    program = space.program(boundaries)
+    position = next(i for i, k in enumerate(program.kernels) if k.archetype == "matmul")
+    options = space.options(boundaries, position)
+    default = default_schedule(program.kernels[position], _shapes(program), SM90.arch)
+    assert options.schedules[0] == default
+    assert min(options.seconds) < options.seconds[0]   # the model alone would have chosen another
+    for schedule, seconds, rank in zip(options.schedules[1:], options.seconds[1:], options.ranks[1:]):
+        assert rank == seconds * DEFAULT_MARGIN and rank >= options.ranks[0]
