@@ -3,8 +3,9 @@
 The strategy, in order:
 1. beam search over kernel boundaries and schedules, scored by the cost model (`beam.py`);
 2. MCTS over the beam's boundary sets and their neighbours (`mcts.py`), rewarded by `measure` where the
-   caller gives one (a GPU is present) and by the cost model otherwise;
-3. the ranked candidates (measured time first where there is one, else predicted) are checked in turn:
+   caller gives one (a GPU is present) and by the cost model otherwise; with `measure`, the beam's first
+   candidate is measured before MCTS starts, since a measured candidate outranks every unmeasured one;
+3. the ranked candidates (measured time first where there is one, else the model's rank) are checked in turn:
    Z3 abstract expression (already applied to every boundary set the search scored), then random tests
    (`verify_program`, with a large-magnitude draw for softmax-like graphs); the first that passes wins.
    A candidate is measured only after it has passed random testing.
@@ -206,6 +207,8 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     run = _Run(space, graph, seed, cfg, start + budget_s, measure, progress)
     run.deadline -= _verification_reserve(run, budget_s)
     ranked = beam(space, cfg.beam, run.deadline, run.score)
+    if measure is not None and ranked:   # the model's choice (codegen's measured defaults where near) is measured
+        run.evaluate(ranked[0][1])       # first, so that a candidate MCTS measures wins only by measuring faster
     roots = _mcts_roots(space, ranked)
     if roots and time.monotonic() < run.deadline:
         mcts(space, roots, run.evaluate, cfg.mcts, run.deadline)

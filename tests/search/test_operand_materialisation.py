@@ -14,13 +14,13 @@ from tensorsmith.codegen.schedules import default_schedule
 from tensorsmith.ir.kernel_program import KernelProgram, Schedule
 from tensorsmith.ir.ops import Op, VIEWS
 from tensorsmith.ir.targets import get_target
-from tensorsmith.search.beam import BeamConfig
+from tensorsmith.search.beam import BeamConfig, beam
 from tensorsmith.search.cost import launch_geometry, kernel_seconds
 from tensorsmith.search.engine import SearchConfig, search_program
 from tensorsmith.search.mcts import MCTSConfig
 from tensorsmith.search.partition import computed_operands
 from tensorsmith.search.prune import AbstractChecker
-from tensorsmith.search.space import DEFAULT_MARGIN, CandidateSpace
+from tensorsmith.search.space import DEFAULT_MARGIN, CandidateSpace, program_structure
 from tensorsmith.search.verify import verify_program
 
 SM90 = get_target("sm90")
@@ -98,3 +98,24 @@ def test_a_matmul_default_schedule_is_kept_unless_another_is_predicted_well_fast
     assert min(options.seconds) < options.seconds[0]   # the model alone would have chosen another
     for schedule, seconds, rank in zip(options.schedules[1:], options.seconds[1:], options.ranks[1:]):
         assert rank == seconds * DEFAULT_MARGIN and rank >= options.ranks[0]
+
+
+def test_with_a_gpu_the_models_choice_is_measured_first_and_wins_unless_another_measures_faster() -> None:
+    graph = decoder_block()
+    config = SearchConfig(BeamConfig(width=2, rounds=1), MCTSConfig(iterations=6))
+    space = CandidateSpace(graph, SM90, AbstractChecker())
+    _, first = beam(space, config.beam)[0]
+    expected = _signature(space.build(first))
+    measured: list[tuple] = []
+
+    def measure(program: KernelProgram) -> float:   # a GPU on which the model's choice is the fastest
+        measured.append(_signature(program))
+        return 1e-3 if measured[-1] == expected else 2e-3
+
+    result = search_program(graph, "sm90", budget_s=60, measure=measure, config=config)
+    assert measured[0] == expected and len(measured) > 1   # the beam's first candidate, then MCTS's
+    assert result.measured_us == 1e3 and _signature(result.program) == expected
+
+
+def _signature(program: KernelProgram) -> tuple:
+    return program_structure(program), tuple(str(kernel.schedule) for kernel in program.kernels)
