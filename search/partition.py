@@ -92,6 +92,31 @@ def computed_operands(graph: Graph) -> list[Node]:
     return sorted(found.values(), key=lambda node: order[id(node)])
 
 
+def inside_operands(graph: Graph) -> list[Node]:
+    """The nodes under computed_operands that their kernels may compute themselves: a norm's sum of squares (one
+    row kernel writes the normalised rows), and the one matmul an operand is computed from elementwise, nothing else
+    reading it (the activation then its epilogue). Other matmuls and attentions keep kernels of their own."""
+    operands = computed_operands(graph)
+    nodes = graph.nodes()
+    readers: dict[int, list[Node]] = {}
+    for node in nodes:
+        for src in node.srcs:
+            readers.setdefault(id(src), []).append(node)
+    products = {id(node) for node in nodes
+                if node.op == Op.SUM and (tensor_core_match(node) is not None or attention_match(node) is not None)}
+    keep = {id(node) for node in operands} | products
+    inside: dict[int, Node] = {}
+    for operand in operands:
+        cone = toposort([operand], keep - {id(operand)})
+        inside.update((id(node), node) for node in cone if id(node) not in keep)
+        within = {id(node) for node in cone}
+        reductions = [node for node in cone if node.op in REDUCE and not is_inline_reduce(node)]
+        if (len(reductions) == 1 and tensor_core_match(reductions[0]) is not None
+                and all(id(reader) in within for reader in readers.get(id(reductions[0]), []))):
+            inside[id(reductions[0])] = reductions[0]
+    return list(inside.values())
+
+
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(size for size in shape if size != 1)
 

@@ -24,7 +24,7 @@ from tensorsmith.ir.ops import Op
 from tensorsmith.ir.targets import Target
 
 from .cost import kernel_seconds
-from .partition import computed_operands, legalise, materialisable
+from .partition import computed_operands, inside_operands, legalise, materialisable
 from .prune import AbstractChecker, feasible_schedules, kernel_facts, schedule_space_size
 
 RENDERED_PER_KERNEL = 6      # schedules per kernel that must render; more than any strategy branches on
@@ -96,9 +96,11 @@ class CandidateSpace:
 
     def operands_materialised(self) -> Boundaries:
         """The greedy partition with every matmul operand that is computed given a buffer of its own, so that the
-        matmuls read plain buffers (TMA, asynchronous copies); one move away from the greedy per operand."""
+        matmuls read plain buffers (TMA, asynchronous copies), and what lies under those operands computed in their
+        kernels (a norm's sum of squares and its scaled rows in one row kernel) where codegen takes it."""
         operands = frozenset(self.position[id(node)] for node in computed_operands(self.graph))
-        return self.legal(self.greedy() | (operands & frozenset(self.points)))
+        inside = frozenset(self.position[id(node)] for node in inside_operands(self.graph))
+        return self.legal((self.greedy() - inside) | (operands & frozenset(self.points)))
 
     def unfused(self) -> Boundaries:
         """Every compute op its own kernel."""

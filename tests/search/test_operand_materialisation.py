@@ -119,3 +119,19 @@ def test_with_a_gpu_the_models_choice_is_measured_first_and_wins_unless_another_
 
 def _signature(program: KernelProgram) -> tuple:
     return program_structure(program), tuple(str(kernel.schedule) for kernel in program.kernels)
+
+
+def test_a_materialised_norm_is_one_row_kernel_and_an_activation_the_epilogue_of_its_matmul() -> None:
+    space = CandidateSpace(decoder_block(), SM90, AbstractChecker())
+    program = space.program(space.operands_materialised())
+    rows = [kernel for kernel in program.kernels if kernel.archetype == "row_reduce"]
+    assert len(rows) == 2 and all(program.buffers[k.writes[0]].shape == (200, 256) for k in rows)   # the two norms
+
+    g = ts.Graph("gelu_mlp")   # gelu(x @ w1 + b1) @ w2: the activation, once materialised, is w1's epilogue
+    x, w1, b1, w2 = (g.input("x", (512, 256), "float16"), g.input("w1", (1024, 256), "float16"),
+                     g.input("b1", (1024,), "float16"), g.input("w2", (256, 1024), "float16"))
+    g.output("y", nn.linear(nn.gelu(nn.linear(x, w1, b1)), w2))
+    space = CandidateSpace(g, SM90, AbstractChecker())
+    program = space.program(space.operands_materialised())
+    assert [kernel.archetype for kernel in program.kernels] == ["matmul", "matmul"]
+    assert all(takes_wgmma(kernel, _shapes(program)) for kernel in program.kernels)
