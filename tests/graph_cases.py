@@ -8,6 +8,7 @@ from typing import Callable
 
 import tensorsmith as ts
 from tensorsmith import nn
+from tensorsmith.suite.blocks import llama_block
 
 
 def _pointwise_math() -> ts.Graph:
@@ -133,26 +134,10 @@ def _tensor_core_batched() -> ts.Graph:
     return g
 
 
-def decoder_block(tokens: int = 200, width: int = 256, heads: int = 4, ffn: int = 384) -> ts.Graph:
-    """A Llama-style block (RMSNorm, projections in PyTorch's layout, RoPE, causal attention, SwiGLU) at sizes that
-    divide no tile: its matmuls read normalised activations and heads permuted back into rows."""
-    g = ts.Graph("decoder_block")
-    x = g.input("x", (tokens, width), "float16")
-    attn_norm, ffn_norm = g.input("attn_norm", (width,), "float16"), g.input("ffn_norm", (width,), "float16")
-    wq, wk, wv, wo = (g.input(name, (width, width), "float16") for name in ("wq", "wk", "wv", "wo"))
-    w_gate, w_up = g.input("w_gate", (ffn, width), "float16"), g.input("w_up", (ffn, width), "float16")
-    w_down = g.input("w_down", (width, ffn), "float16")
-
-    def split(t: ts.Tensor) -> ts.Tensor:
-        return t.reshape(tokens, heads, width // heads).permute(1, 0, 2)
-
-    h = nn.rms_norm(x, attn_norm)
-    q, k, v = split(nn.linear(h, wq)), split(nn.linear(h, wk)), split(nn.linear(h, wv))
-    attended = nn.attention(nn.rope(q), nn.rope(k), v, causal=True).permute(1, 0, 2).reshape(tokens, width)
-    x = x + nn.linear(attended, wo)
-    h = nn.rms_norm(x, ffn_norm)
-    g.output("y", x + nn.linear(nn.silu(nn.linear(h, w_gate)) * nn.linear(h, w_up), w_down))
-    return g
+def decoder_block(tokens: int = 200) -> ts.Graph:
+    """The suite's Llama-style block at 256 wide (4 heads, FFN 384) and, by default, 200 tokens: sizes that divide no
+    tile; its matmuls read normalised activations and heads permuted back into rows."""
+    return llama_block(tokens, width=256, heads=4, ffn=384)
 
 
 def deep_shared_chain(links: int = 1000) -> ts.Graph:

@@ -19,21 +19,23 @@ BIAS_STD = 0.02                    # biases drawn N(0, 0.02^2), as GPT-2's initi
 GPT2_BATCH, GPT2_TOKENS, GPT2_WIDTH, GPT2_HEADS = 4, 1024, 768, 12
 
 
-def llama_block(tokens: int) -> ts.Graph:
-    g = ts.Graph(f"llama_block_{tokens}")
-    x = g.input("x", (tokens, WIDTH), "float16")
-    attn_norm, ffn_norm = g.input("attn_norm", (WIDTH,), "float16"), g.input("ffn_norm", (WIDTH,), "float16")
-    wq, wk, wv, wo = (g.input(name, (WIDTH, WIDTH), "float16") for name in ("wq", "wk", "wv", "wo"))
-    w_gate, w_up = g.input("w_gate", (FFN, WIDTH), "float16"), g.input("w_up", (FFN, WIDTH), "float16")
-    w_down = g.input("w_down", (WIDTH, FFN), "float16")
+def llama_block(tokens: int, width: int = WIDTH, heads: int = HEADS, ffn: int = FFN) -> ts.Graph:
+    """The block at `tokens` tokens; the tests build it smaller (other widths are named by them too)."""
+    g = ts.Graph(f"llama_block_{tokens}" if (width, heads, ffn) == (WIDTH, HEADS, FFN) else
+                 f"llama_block_{tokens}x{width}")
+    x = g.input("x", (tokens, width), "float16")
+    attn_norm, ffn_norm = g.input("attn_norm", (width,), "float16"), g.input("ffn_norm", (width,), "float16")
+    wq, wk, wv, wo = (g.input(name, (width, width), "float16") for name in ("wq", "wk", "wv", "wo"))
+    w_gate, w_up = g.input("w_gate", (ffn, width), "float16"), g.input("w_up", (ffn, width), "float16")
+    w_down = g.input("w_down", (width, ffn), "float16")
 
-    def heads(t: ts.Tensor) -> ts.Tensor:
-        return t.reshape(tokens, HEADS, HEAD_DIM).permute(1, 0, 2)
+    def split_heads(t: ts.Tensor) -> ts.Tensor:
+        return t.reshape(tokens, heads, width // heads).permute(1, 0, 2)
 
     h = nn.rms_norm(x, attn_norm, eps=RMS_EPS)
-    q, k, v = heads(nn.linear(h, wq)), heads(nn.linear(h, wk)), heads(nn.linear(h, wv))
+    q, k, v = split_heads(nn.linear(h, wq)), split_heads(nn.linear(h, wk)), split_heads(nn.linear(h, wv))
     q, k = nn.rope(q, ROPE_BASE), nn.rope(k, ROPE_BASE)
-    attended = nn.attention(q, k, v, causal=True).permute(1, 0, 2).reshape(tokens, WIDTH)
+    attended = nn.attention(q, k, v, causal=True).permute(1, 0, 2).reshape(tokens, width)
     x = x + nn.linear(attended, wo)
     h = nn.rms_norm(x, ffn_norm, eps=RMS_EPS)
     g.output("y", x + nn.linear(nn.silu(nn.linear(h, w_gate)) * nn.linear(h, w_up), w_down))
