@@ -1,11 +1,12 @@
 """Beam search over the decision tree: kernel boundaries first, then one schedule per kernel.
 
-Boundaries: start from the greedy partition, the greedy partition with its matmuls' computed operands materialised,
-and the unfused program; each round expands every member
-of the beam by one move (materialise one node more or one fewer) and keeps the `width` cheapest, each
-scored at its best completion (every kernel at its cheapest feasible schedule: the cost model adds
-kernel times, so that is a true lower bound). Schedules: each kept boundary set is completed kernel by
-kernel, keeping the `width` cheapest partial assignments scored by decided kernels plus that bound.
+Boundaries: start from the greedy partition, the greedy partition with its matmuls' computed operands
+materialised, and the unfused program; each round expands every member of the beam by one move (materialise
+one node more or one fewer) and keeps the `width` cheapest, each scored at its preferred completion (every
+kernel at the first of its schedule options: codegen's default where the model predicts nothing much faster,
+else the cheapest). Schedules: each kept boundary set is completed kernel by kernel, keeping the `width`
+best partial assignments by their schedules' ranks (`space.ScheduleOptions`), decided kernels plus the
+first options of the rest.
 """
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ BLOCK_SYNC_S = 120e-9          # and, past one warp, the shared-memory exchange 
 VECTOR_BYTES = 16              # the widest load
 MMA_BYTES = 2                  # tensor-core operands are fp16 or bf16
 MMA_PAD = 8                    # the matmul template pads each shared tile row by 8 elements
-PROLOGUE_LATENCY_SHARE = 0.8  # of a DRAM latency, what each element of a computed operand's tile costs a thread
+PROLOGUE_LATENCY_SHARE = 0.8   # of a DRAM latency, what each element of a computed operand's tile costs a thread
                                # per K step: its loads wait before the tile's store to shared memory (H200, 2048
                                # x 5632 x 2048 fp16, RMSNorm computed in A's loads, 64x64x32 tiles: 7.7 us a step
                                # for 16 elements a thread)

@@ -16,7 +16,7 @@ rejection is logged and counted, MCTS gets no reward for it, and it is never cho
 
 Determinism: every choice is ordered by structure or by a `random.Random(seed)`; the wall-clock budget only
 cuts the work short, and `stats.budget_hit` says when it did (then a slower machine may return another
-program). The greedy partition is always a candidate, so the winner is never predicted slower than it.
+program). The greedy partition is always a candidate, so the winner never ranks behind it (`space.rank`).
 """
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ class ScheduleOptions:
 
     schedules: tuple[Schedule, ...]
     seconds: tuple[float, ...]
-    ranks: tuple[float, ...] = ()
+    ranks: tuple[float, ...]
 
 
 @dataclass
@@ -164,7 +164,7 @@ class CandidateSpace:
         return self._options[key]
 
     def best_seconds(self, boundaries: Boundaries) -> float:
-        """The predicted time of `boundaries` with every kernel at its cheapest feasible schedule."""
+        """The predicted time of `boundaries` with every kernel at its preferred (first) feasible schedule."""
         total = 0.0
         for position in range(len(self.program(boundaries).kernels)):
             options = self.options(boundaries, position)
