@@ -94,7 +94,7 @@ def _search(c: Compilation) -> None:
             c.launch_measured = True
         measure = _measure_on_gpu(c, gpu) if on_gpu else None
         c.search = search.search_program(c.chosen_graph(), c.target, c.options.budget_s, c.options.seed,
-                                         measure=measure, progress=c.options.progress)
+                                         measure=measure, progress=c.options.progress, reference=c.graph)
     c.kernel_program = c.search.program
 
 
@@ -120,13 +120,15 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], 
 
 def _verify(c: Compilation) -> None:
     """The program against the graph it was built from, exactly (over a prime field), then by random tests against
-    the user's graph (the rewrites between the two are proved in the real numbers, not in the field)."""
+    the user's graph (the rewrites between the two are proved in the real numbers, not in the field): those the
+    search made of its winner, on the same draws, else (a program given, not searched) made here."""
     chosen = c.chosen_graph() if c.chosen is not None else c.graph
     if evaluation_size(chosen) <= EXACT_MAX_WORK:
         c.exact_checks = check_exact(chosen, c.program(), c.options.seed)
         c.exact_against = "the user's graph" if chosen.structural_hash() == c.graph.structural_hash() else \
             "the rewritten graph extraction chose"
-    c.checks = verify_program(c.graph, c.program(), c.options.seed)
+    searched = c.search is not None and c.search.checks and c.search.program is c.kernel_program
+    c.checks = c.search.checks if searched else verify_program(c.graph, c.program(), c.options.seed)
 
 
 def _render(c: Compilation) -> None:

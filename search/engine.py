@@ -37,7 +37,7 @@ from .mcts import MCTSConfig, mcts
 from .partition import partition, unfused
 from .prune import AbstractChecker
 from .space import Boundaries, Candidate, CandidateSpace
-from .verify import Draw, VerificationError, reference_draw, softmax_like, verify_program
+from .verify import Check, Draw, VerificationError, reference_draw, softmax_like, verify_program
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ class SearchResult:
     stats: SearchStats
     greedy_us: float = math.nan      # the greedy partition at codegen's default schedules, predicted
     unfused_us: float = math.nan     # one kernel per op at default schedules, predicted
+    checks: list[Check] = field(default_factory=list)   # the winner's random tests against the reference graph
 
     def summary(self) -> dict[str, Any]:
         return {"predicted_us": self.predicted_us, "measured_us": self.measured_us, "greedy_us": self.greedy_us,
@@ -104,7 +105,7 @@ class _Run:
     """The mutable state of one search: the space, what was tried, the clock."""
 
     space: CandidateSpace
-    graph: Graph
+    graph: Graph              # what candidates are random-tested against: the caller's reference graph
     seed: int
     cfg: SearchConfig
     deadline: float
@@ -114,6 +115,7 @@ class _Run:
     measured: dict[Candidate, float] = field(default_factory=dict)
     rejected: dict[Candidate, str] = field(default_factory=dict)    # verdicts of candidates measure refused
     verdicts: dict[Boundaries, bool] = field(default_factory=dict)
+    checks: dict[Boundaries, list[Check]] = field(default_factory=dict)   # the last draw's checks of those that pass
     draws: dict[int, Draw | None] = field(default_factory=dict)   # verify_program's memo: inputs, reference per draw
     history: list[dict[str, Any]] = field(default_factory=list)
     stats: SearchStats = field(default_factory=SearchStats)
@@ -133,8 +135,8 @@ class _Run:
         boundaries = candidate.boundaries
         if boundaries not in self.verdicts:
             try:
-                verify_program(self.graph, self.space.build(candidate), self.seed, self.cfg.verify_draws, large=True,
-                               memo=self.draws)
+                self.checks[boundaries] = verify_program(self.graph, self.space.build(candidate), self.seed,
+                                                         self.cfg.verify_draws, large=True, memo=self.draws)
                 self.verdicts[boundaries] = True
                 self.stats.verified += 1
             except VerificationError:
@@ -194,8 +196,11 @@ class _Run:
 
 def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float = 60.0, seed: int = 0,
                    measure: Measure | None = None, progress: Callable[[SearchProgress], None] | None = None,
-                   config: SearchConfig | None = None) -> SearchResult:
+                   config: SearchConfig | None = None, reference: Graph | None = None) -> SearchResult:
     """The fastest verified KernelProgram for `graph` that the search finds within `budget_s` seconds.
+
+    Candidates are random-tested against `reference` (default `graph`): a graph with the same inputs and outputs
+    that `graph` was rewritten from, such as the user's, whose tests of the winner the compiler then keeps.
 
     >>> result = search_program(graph, "sm90", budget_s=10)
     >>> result.program.kernels[0].schedule, result.stats.verified
@@ -204,7 +209,7 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     target = get_target(target) if isinstance(target, str) else target
     cfg = config or SearchConfig(BeamConfig(seed=seed), MCTSConfig(seed=seed))
     space = CandidateSpace(graph, target, AbstractChecker())
-    run = _Run(space, graph, seed, cfg, start + budget_s, measure, progress)
+    run = _Run(space, reference or graph, seed, cfg, start + budget_s, measure, progress)
     run.deadline -= _verification_reserve(run, budget_s)
     ranked = beam(space, cfg.beam, run.deadline, run.score)
     if measure is not None and ranked:   # the model's choice (codegen's measured defaults where near) is measured
@@ -287,5 +292,6 @@ def _result(run: _Run, winner: Candidate, start: float) -> SearchResult:
     run._entry[winner]["verdict"] = "winner"
     return SearchResult(space.build(winner), run.predicted[winner] * 1e6,
                         run.measured[winner] * 1e6 if winner in run.measured else None, run.history, stats,
-                        greedy_us=program_seconds(partition(run.graph), space.target) * 1e6,
-                        unfused_us=program_seconds(unfused(run.graph), space.target) * 1e6)
+                        greedy_us=program_seconds(partition(space.graph), space.target) * 1e6,
+                        unfused_us=program_seconds(unfused(space.graph), space.target) * 1e6,
+                        checks=run.checks[winner.boundaries])
