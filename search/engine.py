@@ -241,9 +241,14 @@ def _verification_reserve(run: _Run, budget_s: float) -> float:
 
 
 def _mcts_roots(space: CandidateSpace, ranked: list[tuple[float, Candidate]]) -> list[Boundaries]:
-    """The beam's boundary sets, best first, then one move from the best of them."""
+    """The beam's best boundary set; then the greedy partition and the one with computed matmul operands
+    materialised, whichever the beam did not rank first (the model may misjudge which of fusing an operand's
+    computation into the matmul or giving it a kernel is faster, so both are measured early); then the beam's other
+    sets, and one move from its best."""
     roots = list(dict.fromkeys(candidate.boundaries for _, candidate in ranked))
     if roots:
+        forms = [b for b in (space.greedy(), space.operands_materialised()) if space.expression_ok(b)]
+        roots = list(dict.fromkeys([roots[0], *forms, *roots[1:]]))
         roots += [b for b in space.neighbours(roots[0]) if b not in roots and space.expression_ok(b)][:4]
     return roots
 

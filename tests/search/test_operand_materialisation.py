@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from graph_cases import decoder_block
 
 import tensorsmith as ts
@@ -154,3 +156,20 @@ def test_the_compile_keeps_the_searchs_random_tests_of_its_winner_instead_of_rep
     assert "search" in executions and "verify" not in executions
     checks = program.report["checks"]
     assert checks and all(check["relative_l2"] < check["tolerance"] for check in checks)
+
+
+@pytest.mark.parametrize("faster", ["greedy", "operands_materialised"])
+def test_with_a_gpu_the_search_takes_the_operand_form_that_measures_faster(faster: str) -> None:
+    """Whichever the model prefers, the search measures both the block with its operands' computations fused into
+    the matmuls' loads (the greedy partition) and with them in kernels of their own, several moves apart, and
+    returns the one the GPU (here a fake one) says is faster."""
+    graph = decoder_block()
+    space = CandidateSpace(graph, SM90, AbstractChecker())
+    fast = program_structure(space.program(getattr(space, faster)()))
+
+    def measure(program: KernelProgram) -> float:
+        return 1e-3 if program_structure(program) == fast else 2e-3
+
+    result = search_program(graph, "sm90", budget_s=60, measure=measure,
+                            config=SearchConfig(BeamConfig(width=1, rounds=1), MCTSConfig(iterations=4)))
+    assert result.measured_us == 1e3 and program_structure(result.program) == fast
