@@ -19,6 +19,7 @@ from tensorsmith.ir.targets import Target, get_target
 from tensorsmith.search.cost import kernel_seconds, program_seconds
 from tensorsmith.search.exact import MAX_WORK as EXACT_MAX_WORK
 from tensorsmith.search.exact import PRIME, ExactCheck, check_exact, evaluation_size
+from tensorsmith.search.kernel_times import KERNEL_TIMES_FILE, KernelTimes
 from tensorsmith.search.partition import unfused
 from tensorsmith.search.verify import (Check, VerificationError, check_verifiable, compare, random_inputs,
                                        verify_program)
@@ -63,6 +64,8 @@ class Compilation:
     launch_measured: bool = False      # whether target.launch_s was measured on this GPU (else the table's)
     exact_checks: list[ExactCheck] = field(default_factory=list)   # the exact check's, where it ran
     exact_against: str = ""            # which graph it compared with
+    kernel_times_path: Path | None = None   # the measured kernel times beside the program cache (None: no cache)
+    kernel_times: KernelTimes | None = None  # those the search measured or reused, where it measured on a GPU
 
     def chosen_graph(self) -> Graph:
         """The rewritten graph that extraction chose, which the search partitions into kernels."""
@@ -99,22 +102,29 @@ def _search(c: Compilation) -> None:
 
 
 def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], float]:
-    """MCTS's reward on a GPU: a candidate's whole-program time in seconds (median of a few, L2 flushed).
+    """MCTS's reward on a GPU: the sum of a candidate's kernel times in seconds (each a median of a few, L2 flushed)
+    plus one launch each; a candidate whose kernels were all measured before (`search.kernel_times`: in this compile,
+    or in an earlier one on this GPU, kept beside the program cache) is not run again.
 
-    The outputs of its first run are checked against the reference first; a mismatch raises
-    VerificationError, a fault or a hang KernelFault (from an InWorker `gpu`), and the search skips it.
+    The outputs of a candidate's first run are checked against the reference before its times count; a mismatch
+    raises VerificationError, a fault or a hang KernelFault (from an InWorker `gpu`), and the search skips it.
     """
+    from tensorsmith.codegen.runtime import device_name
     inputs = random_inputs(c.graph, c.options.seed + 2000)
     reference = evaluate(c.graph, inputs)
+    c.kernel_times = times = KernelTimes(c.kernel_times_path, device_name())
 
-    def measure(program: KernelProgram) -> float:
+    def measure_kernels(program: KernelProgram) -> list[float]:
         candidate = Compilation(c.graph, c.options, c.target, kernel_program=program)
         _render(candidate)
         _nvrtc(candidate)
-        outputs, _, total_ms = gpu.profile(to_program(candidate, report=False), inputs, warmup=3, repeat=10,
-                                           per_kernel=False, expected_s=program_seconds(program, c.target))
+        outputs, kernel_ms, _ = gpu.profile(to_program(candidate, report=False), inputs, warmup=3, repeat=10,
+                                            per_kernel=True, expected_s=program_seconds(program, c.target))
         _check(c.graph, outputs, reference)
-        return total_ms / 1e3
+        return [ms / 1e3 for ms in kernel_ms]
+
+    def measure(program: KernelProgram) -> float:
+        return times.program_seconds(program, measure_kernels, c.target.launch_s)
     return measure
 
 
@@ -224,7 +234,8 @@ def _compile(graph: Graph, options: CompileOptions, store: ProgramCache | None) 
     if getattr(multiprocessing.current_process(), "_inheriting", False):   # a spawned worker importing __main__
         raise TensorsmithError("compile() was called while a tensorsmith worker process imported the main script;"
                                " call it under `if __name__ == '__main__':`")
-    compilation = Compilation(graph, options, get_target(target))
+    compilation = Compilation(graph, options, get_target(target),
+                              kernel_times_path=store.root / KERNEL_TIMES_FILE if store is not None else None)
     key = program_key(graph, target, {"seed": seed, "budget_s": budget_s, "profile": _profiles(profile)}, VERSION)
     if store is not None and (hit := store.get(key, graph)) is not None:
         if progress:
@@ -299,6 +310,9 @@ def _report(c: Compilation) -> dict[str, Any]:
         "launch_basis": "measured on this GPU" if c.launch_measured else "assumed (the target's table)",
         "search_history": _history(c),
         "search": c.search.summary() if c.search is not None else None,
+        "kernel_times": ({"measured_programs": c.kernel_times.measured_programs,
+                          "reused_programs": c.kernel_times.reused_programs,
+                          "kernels_known": len(c.kernel_times.seconds)} if c.kernel_times is not None else None),
     }
     if c.saturated is not None and hasattr(c.saturated, "report"):
         saturation = c.saturated.report

@@ -1,0 +1,104 @@
+"""Measured kernel times by signature, kept on disk beside the program cache.
+
+A kernel's signature is what decides its speed on one GPU: its body's structure over buffers of given shapes, dtypes
+and roles (`space.kernel_structure`), its schedule, the code that renders it (a digest of codegen's sources and
+templates) and the device's name. A candidate program whose kernels were all measured before (an identical layer,
+another candidate sharing kernels, a second model with the same layers) is not run again: its time is the sum of
+its kernels' plus one launch each, the basis every measured candidate is compared on.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from tensorsmith import codegen
+from tensorsmith.ir.kernel_program import Kernel, KernelProgram
+
+from .space import kernel_structure
+
+log = logging.getLogger(__name__)
+
+KERNEL_TIMES_FILE = "kernel_times.jsonl"   # one JSON record a line: device, signature, seconds, kernel name
+MeasureKernels = Callable[[KernelProgram], list[float]]   # each kernel's seconds, in order, outputs checked first
+
+
+@lru_cache(maxsize=1)
+def codegen_fingerprint() -> str:
+    """A digest of codegen's Python sources and templates: a change to how kernels are rendered voids old times."""
+    root = Path(codegen.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted([*root.glob("*.py"), *root.glob("templates/*.j2")]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def kernel_signature(kernel: Kernel, program: KernelProgram, device: str) -> str:
+    """What a measured time of `kernel` (as a kernel of `program`) is kept and looked up by."""
+    schedule = sorted(kernel.schedule.as_dict().items())
+    text = repr((device, codegen_fingerprint(), kernel_structure(kernel, program), schedule))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass
+class KernelTimes:
+    """The times measured on `device`, read from `path` (None: kept in memory only) and appended to it."""
+
+    path: Path | None
+    device: str
+    seconds: dict[str, float] = field(default_factory=dict)
+    measured_programs: int = 0    # candidates run on the GPU to time their kernels
+    reused_programs: int = 0      # candidates timed from kernels measured before, not run
+    _unwritable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.path is None:
+            return
+        try:
+            lines = self.path.read_text().splitlines()
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            log.warning("could not read the kernel times at %s (%s); kernels are measured afresh", self.path, err)
+            return
+        for line in lines:
+            try:
+                record = json.loads(line)
+                if record["device"] == self.device:
+                    self.seconds[str(record["signature"])] = float(record["seconds"])
+            except (ValueError, KeyError, TypeError):   # a line cut short by a killed writer: ignored
+                continue
+
+    def program_seconds(self, program: KernelProgram, measure_kernels: MeasureKernels, launch_s: float) -> float:
+        """The sum of the program's kernel times plus `launch_s` a kernel, measuring them only where one is new."""
+        signatures = [kernel_signature(kernel, program, self.device) for kernel in program.kernels]
+        if all(signature in self.seconds for signature in signatures):
+            self.reused_programs += 1
+        else:
+            times = measure_kernels(program)
+            if len(times) != len(signatures):
+                raise ValueError(f"{len(times)} kernel times for a program of {len(signatures)} kernels")
+            self.measured_programs += 1
+            for kernel, signature, seconds in zip(program.kernels, signatures, times):
+                self._record(signature, seconds, kernel.name)
+        return sum(self.seconds[signature] for signature in signatures) + launch_s * len(signatures)
+
+    def _record(self, signature: str, seconds: float, name: str) -> None:
+        if signature in self.seconds:   # measured again within this program: the first time stands
+            return
+        self.seconds[signature] = seconds
+        if self.path is None or self._unwritable:
+            return
+        line = json.dumps({"device": self.device, "signature": signature, "seconds": seconds, "kernel": name})
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as file:   # one short append a record: concurrent writers do not interleave
+                file.write(line + "\n")
+        except OSError as err:
+            self._unwritable = True
+            log.warning("could not write the kernel times at %s (%s); they are kept for this compile only",
+                        self.path, err)
