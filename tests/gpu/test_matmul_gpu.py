@@ -75,7 +75,7 @@ def test_persistent_tma_matmul_walks_several_tiles_per_block(case: str, schedule
 
 @pytest.mark.parametrize("form", ["greedy", "operands_materialised"])
 @pytest.mark.parametrize("tokens", [200, 256])
-def test_a_decoder_block_with_its_matmul_operands_fused_or_materialised_matches_reference(form: str, tokens: int) -> None:
+def test_a_decoder_block_with_its_operands_fused_or_materialised_matches_reference(form: str, tokens: int) -> None:
     """The block's matmuls read a normalised activation and the attention's heads permuted back into rows: computed
     in the tile loads (mma.sync, the greedy form) or materialised first and copied by TMA (wgmma), at 200 tokens
     (no tile divides them) and 256, under codegen's default schedules."""

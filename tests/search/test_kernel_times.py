@@ -71,7 +71,8 @@ def test_a_new_schedule_or_another_gpu_is_measured_again(tmp_path: Path) -> None
     matmul = next(i for i, k in enumerate(program.kernels) if k.archetype == "matmul")
     retimed = dataclasses.replace(program.kernels[matmul], schedule=Schedule.of(
         bm=64, bn=64, bk=64, stages=4, warps_m=2, warps_n=2, split_k=1, wgmma=0))
-    changed = dataclasses.replace(program, kernels=[retimed if i == matmul else k for i, k in enumerate(program.kernels)])
+    changed = dataclasses.replace(program, kernels=[retimed if i == matmul else k
+                                                    for i, k in enumerate(program.kernels)])
     again.program_seconds(changed, gpu, LAUNCH_S)
     assert len(gpu.runs) == 2
     KernelTimes(path, "NVIDIA A100").program_seconds(program, gpu, LAUNCH_S)
