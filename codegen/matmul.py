@@ -79,6 +79,7 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         "warps_m": schedule["warps_m"], "warps_n": schedule["warps_n"], "mma_type": mma_type, "to_mma": to_mma,
         "load_a": "\n".join(load_a), "value_a": value_a, "load_b": "\n".join(load_b), "value_b": value_b,
         "a_major": a_layout, "b_major": b_layout, "copy_a": copy_a, "copy_b": copy_b,
+        "computed_a": plan["computed_a"], "computed_b": plan["computed_b"],
         "epilogue": "\n".join(epilogue.lines), "pair_store": plan["pair_store"],
         # wgmma epilogues: 16-byte stores (a quad of lanes transposes its pairs by shuffles) where N is a multiple of 8
         "wide_store": plan["pair_store"] is not None and n % 8 == 0,
@@ -205,6 +206,7 @@ def _matmul_plan(kernel_name: str, outputs: tuple, shapes_key: tuple) -> dict:
     coords = list(zip(batch, delinearize("batch", match.batch_shape)))
     load_a, value_a, a_major, copy_a = _operand(shapes, match.lhs, batch + ("m", "kk", "0"), ("kk", "m"))
     load_b, value_b, b_major, copy_b = _operand(shapes, match.rhs, batch + ("0", "kk", "n"), ("n", "kk"))
+    computed = {"computed_a": not _plain_load(load_a), "computed_b": not _plain_load(load_b)}
     m, n, k = match.dims
     fast = {"kk": k, "m": m, "n": n}
     copy_a = copy_a if fast[a_major] % CHUNK == 0 else None   # whole 16-byte chunks, in or out of the matrix
@@ -214,7 +216,12 @@ def _matmul_plan(kernel_name: str, outputs: tuple, shapes_key: tuple) -> dict:
     epilogue.store(name, out.dtype, batch + ("m", "n"), epilogue.value(out, batch + ("m", "n")))
     return {"match": match, "coords": coords, "load_a": load_a, "value_a": value_a, "load_b": load_b,
             "value_b": value_b, "a_major": a_major, "b_major": b_major, "copy_a": copy_a, "copy_b": copy_b,
-            "epilogue": epilogue, "pair_store": _pair_store(shapes, match, name, out, batch)}
+            "epilogue": epilogue, "pair_store": _pair_store(shapes, match, name, out, batch), **computed}
+
+
+def _plain_load(lines: list[str]) -> bool:
+    """Whether an operand's statements are one load and nothing computed from it (it may still not be copyable)."""
+    return len(lines) == 1
 
 
 def _pair_store(shapes: dict, match: MatmulMatch, name: str, out: Node, batch: tuple[str, ...]) -> dict | None:

@@ -104,27 +104,34 @@ def _search(c: Compilation) -> None:
 def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], float]:
     """MCTS's reward on a GPU: the sum of a candidate's kernel times in seconds (each a median of a few, L2 flushed)
     plus one launch each; a candidate whose kernels were all measured before (`search.kernel_times`: in this compile,
-    or in an earlier one on this GPU, kept beside the program cache) is not run again.
+    or in an earlier one on this GPU, kept beside the program cache) is run once, untimed, not timed again.
 
-    The outputs of a candidate's first run are checked against the reference before its times count; a mismatch
-    raises VerificationError, a fault or a hang KernelFault (from an InWorker `gpu`), and the search skips it.
+    Every candidate's outputs are checked against the reference before its times count; a mismatch raises
+    VerificationError, a fault or a hang KernelFault (from an InWorker `gpu`), and the search skips it.
     """
     from tensorsmith.codegen.runtime import device_name
     inputs = random_inputs(c.graph, c.options.seed + 2000)
     reference = evaluate(c.graph, inputs)
     c.kernel_times = times = KernelTimes(c.kernel_times_path, device_name())
 
-    def measure_kernels(program: KernelProgram) -> list[float]:
+    def run(program: KernelProgram, timed: bool) -> list[float]:
         candidate = Compilation(c.graph, c.options, c.target, kernel_program=program)
         _render(candidate)
         _nvrtc(candidate)
-        outputs, kernel_ms, _ = gpu.profile(to_program(candidate, report=False), inputs, warmup=3, repeat=10,
-                                            per_kernel=True, expected_s=program_seconds(program, c.target))
+        outputs, kernel_ms, _ = gpu.profile(to_program(candidate, report=False), inputs, warmup=3 if timed else 0,
+                                            repeat=10 if timed else 1, per_kernel=timed,
+                                            expected_s=program_seconds(program, c.target))
         _check(c.graph, outputs, reference)
         return [ms / 1e3 for ms in kernel_ms]
 
+    def kernel_seconds_measured(program: KernelProgram) -> list[float]:
+        return run(program, timed=True)
+
+    def outputs_checked(program: KernelProgram) -> None:
+        run(program, timed=False)
+
     def measure(program: KernelProgram) -> float:
-        return times.program_seconds(program, measure_kernels, c.target.launch_s)
+        return times.program_seconds(program, kernel_seconds_measured, outputs_checked, c.target.launch_s)
     return measure
 
 
@@ -137,6 +144,7 @@ def _verify(c: Compilation) -> None:
         c.exact_checks = check_exact(chosen, c.program(), c.options.seed)
         c.exact_against = "the user's graph" if chosen.structural_hash() == c.graph.structural_hash() else \
             "the rewritten graph extraction chose"
+    # the search tested its winner's boundary set on these draws (numpy ignores schedules), against this graph
     searched = c.search is not None and c.search.checks and c.search.program is c.kernel_program
     c.checks = c.search.checks if searched else verify_program(c.graph, c.program(), c.options.seed)
 

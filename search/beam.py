@@ -2,11 +2,11 @@
 
 Boundaries: start from the greedy partition, the greedy partition with its matmuls' computed operands
 materialised, and the unfused program; each round expands every member of the beam by one move (materialise
-one node more or one fewer) and keeps the `width` cheapest, each scored at its preferred completion (every
-kernel at the first of its schedule options: codegen's default where the model predicts nothing much faster,
-else the cheapest). Schedules: each kept boundary set is completed kernel by kernel, keeping the `width`
-best partial assignments by their schedules' ranks (`space.ScheduleOptions`), decided kernels plus the
-first options of the rest.
+one node more or one fewer) and keeps the `width` best, each scored by the rank of its preferred completion
+(every kernel at the first of its schedule options: codegen's default where the model predicts nothing much
+faster, else the cheapest; `space.rank`). Schedules: each kept boundary set is completed kernel by kernel,
+keeping the `width` best partial assignments by their schedules' ranks (`space.ScheduleOptions`), decided
+kernels plus the first options of the rest.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _boundary_beam(space: CandidateSpace, cfg: BeamConfig, deadline: float) -> l
     scores: dict[Boundaries, float] = {}
     for boundaries in starts:
         if space.expression_ok(boundaries):
-            scores[boundaries] = space.best_seconds(boundaries)
+            scores[boundaries] = space.best_rank(boundaries)
     frontier = _top(scores, cfg.width)
     for _ in range(cfg.rounds):
         if time.monotonic() > deadline:
@@ -55,7 +55,7 @@ def _boundary_beam(space: CandidateSpace, cfg: BeamConfig, deadline: float) -> l
         for boundaries in frontier:
             for child in space.neighbours(boundaries):
                 if child not in scores and space.expression_ok(child):
-                    scores[child] = space.best_seconds(child)
+                    scores[child] = space.best_rank(child)
                 if time.monotonic() > deadline:
                     break
         kept = _top(scores, cfg.width)

@@ -174,7 +174,7 @@ class Geometry:
     tile_steps: float = 0.0   # attention: key-tile steps of all blocks, each with a fixed cost in its block
     slots: int = 0            # a persistent kernel: the blocks it launches, each walking `blocks` / slots tiles
     ring: int = 0             # a matmul's pipeline stages: tiles a block has in flight while it computes on one
-    computed_per_step: int = 0   # a matmul's operand elements each thread computes (not copies) per K step
+    computed_per_step: int = 0   # a matmul's operand elements each thread computes from loads per K step (a prologue)
 
 
 def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: Schedule) -> Geometry:
@@ -192,7 +192,8 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
         threads, bk = launch["block"][0], params["bk"]
         tile_loads = params["stages"] * params["bm"] * bk // threads   # elements in flight per thread
         persistent = launch.get("persistent", False)   # then `blocks` counts output tiles, the grid walks them
-        computed = ((0 if launch["copy_a"] else params["bm"] * bk) + (0 if launch["copy_b"] else bk * params["bn"]))
+        computed = (params["bm"] * bk if launch["computed_a"] and not launch["copy_a"] else 0) + \
+            (bk * params["bn"] if launch["computed_b"] and not launch["copy_b"] else 0)
         return Geometry(launch["tiles"] if persistent else math.prod(launch["grid"]), threads, launch["shared_bytes"],
                         MMA_BYTES, max(1, tile_loads), -(-launch["kdim"] // bk),
                         "wgmma" if launch.get("arch") == WGMMA_ARCH else "mma",

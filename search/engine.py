@@ -212,8 +212,8 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     run = _Run(space, reference or graph, seed, cfg, start + budget_s, measure, progress)
     run.deadline -= _verification_reserve(run, budget_s)
     ranked = beam(space, cfg.beam, run.deadline, run.score)
-    if measure is not None and ranked:   # the model's choice (codegen's measured defaults where near) is measured
-        run.evaluate(ranked[0][1])       # first, so that a candidate MCTS measures wins only by measuring faster
+    if measure is not None and ranked and time.monotonic() < run.deadline:   # the model's choice (codegen's measured
+        run.evaluate(ranked[0][1])   # defaults where near) first: a candidate MCTS measures wins only by being faster
     roots = _mcts_roots(space, ranked)
     if roots and time.monotonic() < run.deadline:
         mcts(space, roots, run.evaluate, cfg.mcts, run.deadline)

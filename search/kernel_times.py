@@ -16,7 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from tensorsmith import codegen
+from tensorsmith import codegen, ir
+from tensorsmith.codegen.nvrtc import nvrtc_version
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram
 
 from .space import kernel_structure
@@ -25,14 +26,16 @@ log = logging.getLogger(__name__)
 
 KERNEL_TIMES_FILE = "kernel_times.jsonl"   # one JSON record a line: device, signature, seconds, kernel name
 MeasureKernels = Callable[[KernelProgram], list[float]]   # each kernel's seconds, in order, outputs checked first
+CheckOutputs = Callable[[KernelProgram], None]             # one untimed run, outputs checked (raises if wrong)
 
 
 @lru_cache(maxsize=1)
 def codegen_fingerprint() -> str:
-    """A digest of codegen's Python sources and templates: a change to how kernels are rendered voids old times."""
-    root = Path(codegen.__file__).parent
-    digest = hashlib.sha256()
-    for path in sorted([*root.glob("*.py"), *root.glob("templates/*.j2")]):
+    """A digest of what renders and compiles a kernel: codegen's and the IR's Python sources, the templates, and
+    NVRTC's version; a change to any voids the times measured before it."""
+    roots = [Path(codegen.__file__).parent, Path(ir.__file__).parent]
+    digest = hashlib.sha256(repr(nvrtc_version()).encode())
+    for path in sorted(path for root in roots for path in [*root.glob("*.py"), *root.glob("templates/*.j2")]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -73,10 +76,14 @@ class KernelTimes:
             except (ValueError, KeyError, TypeError):   # a line cut short by a killed writer: ignored
                 continue
 
-    def program_seconds(self, program: KernelProgram, measure_kernels: MeasureKernels, launch_s: float) -> float:
-        """The sum of the program's kernel times plus `launch_s` a kernel, measuring them only where one is new."""
+    def program_seconds(self, program: KernelProgram, measure_kernels: MeasureKernels, check_outputs: CheckOutputs,
+                        launch_s: float) -> float:
+        """The sum of the program's kernel times plus `launch_s` a kernel, measuring them only where one is new. A
+        program whose kernels are all known still runs once, untimed, for its outputs to be checked: each kernel was
+        right where it was measured, but a new neighbour may read elements of it that the old one did not."""
         signatures = [kernel_signature(kernel, program, self.device) for kernel in program.kernels]
         if all(signature in self.seconds for signature in signatures):
+            check_outputs(program)
             self.reused_programs += 1
         else:
             times = measure_kernels(program)
@@ -96,8 +103,12 @@ class KernelTimes:
         line = json.dumps({"device": self.device, "signature": signature, "seconds": seconds, "kernel": name})
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a") as file:   # one short append a record: concurrent writers do not interleave
-                file.write(line + "\n")
+            # one short append a record: on a local file system concurrent writers do not interleave (one O_APPEND
+            # write each); a line a killed writer cut short is ended first, so that this record stays whole
+            with self.path.open("a+b") as file:
+                end = file.seek(0, 2)
+                cut = end > 0 and file.seek(end - 1) >= 0 and file.read(1) != b"\n"
+                file.write((("\n" if cut else "") + line + "\n").encode())
         except OSError as err:
             self._unwritable = True
             log.warning("could not write the kernel times at %s (%s); they are kept for this compile only",

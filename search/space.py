@@ -103,7 +103,7 @@ class CandidateSpace:
         return self.legal((self.greedy() - inside) | (operands & frozenset(self.points)))
 
     def unfused(self) -> Boundaries:
-        """Every compute op its own kernel."""
+        """Every materialisable node its own kernel: each compute op, and each view a matmul reads (a copy)."""
         return self.legal(frozenset(self.points))
 
     def legal(self, wanted: Boundaries) -> Boundaries:
@@ -155,7 +155,7 @@ class CandidateSpace:
 
     # ---- schedules -------------------------------------------------------------------------------------------
     def options(self, boundaries: Boundaries, position: int) -> ScheduleOptions:
-        """The feasible schedules of one kernel of `boundaries`' program, cheapest first."""
+        """The feasible schedules of one kernel of `boundaries`' program, preferred first (`ScheduleOptions`)."""
         program = self.program(boundaries)
         kernel = program.kernels[position]
         key = kernel_structure(kernel, program)
@@ -163,12 +163,12 @@ class CandidateSpace:
             self._options[key] = self._schedule(program, position)
         return self._options[key]
 
-    def best_seconds(self, boundaries: Boundaries) -> float:
-        """The predicted time of `boundaries` with every kernel at its preferred (first) feasible schedule."""
+    def best_rank(self, boundaries: Boundaries) -> float:
+        """The rank (`rank`) of `boundaries` with every kernel at its preferred (first) feasible schedule."""
         total = 0.0
         for position in range(len(self.program(boundaries).kernels)):
             options = self.options(boundaries, position)
-            total += options.seconds[0] if options.seconds else math.inf
+            total += options.ranks[0] if options.ranks else math.inf
         return total
 
     def build(self, candidate: Candidate) -> KernelProgram:
