@@ -1,7 +1,7 @@
 """The reference interpreter: evaluates any Graph in numpy float64. It is the oracle for every test.
 
-Floats are float64 throughout (a cast between float dtypes does not round), int32 stays int32 and
-bool stays bool. `SEMANTICS` is the one definition of what each op means.
+Floats are float64 throughout (a cast between float dtypes does not round; `evaluate_nodes(rounded=True)`
+evaluates at the graph's own precision instead), int32 stays int32 and bool stays bool. `SEMANTICS` is the one definition of what each op means.
 """
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from .dtypes import DType
+from .dtypes import DType, round_to
 from .errors import InputError
 from .graph import Graph
 from .node import Node, toposort
-from .ops import Op
+from .ops import VIEWS, Op
 from .patterns import MatmulMatch, match_matmul
 
 
@@ -80,14 +80,15 @@ IN_PLACE: dict[Op, Callable[..., np.ndarray]] = {
 
 
 def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
-                   roots_only: bool = False) -> dict[int, np.ndarray]:
+                   roots_only: bool = False, rounded: bool = False) -> dict[int, np.ndarray]:
     """Values of every node needed for `roots`, keyed by id(node); INPUT nodes read `leaves[name]`.
 
     A matrix product written as sum(expand(a) * expand(b)) is evaluated with np.matmul rather than by
     materialising its (..., M, K, N) product: the same float64 value, without the M*K*N memory.
     With `roots_only` the caller reads the roots' values alone, so an elementwise op may compute into the
     array of a source that nothing else reads (large graphs then allocate, and fault in, far less memory);
-    the other values are then not to be read.
+    the other values are then not to be read. With `rounded`, every float value an op computes is rounded to
+    its node's dtype, as memory of that dtype would hold it: the graph evaluated at its own precision.
     """
     roots = list(roots)
     order = toposort(roots)
@@ -120,6 +121,8 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
                     owned.add(id(node))
             else:   # numpy gives a scalar, not a 0-d array, for a rank-0 result: keep arrays, `out=` needs them
                 values[id(node)] = np.asarray(SEMANTICS[node.op](node, *(values[id(s)] for s in node.srcs)))
+            if rounded and node.dtype.is_float and node.op not in VIEWS and node.op != Op.INPUT:
+                values[id(node)] = round_to(values[id(node)], node.dtype)
     return values
 
 

@@ -1,6 +1,7 @@
 """Random testing: a candidate counts only once it matches the reference interpreter on fresh inputs."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -14,7 +15,7 @@ from tensorsmith.ir.patterns import match_matmul
 from tensorsmith.ir.dtypes import DType, round_to, round_to_host
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.interpreter import evaluate
+from tensorsmith.ir.interpreter import check_inputs, evaluate
 from tensorsmith.ir.kernel_program import KernelProgram
 from tensorsmith.ir.node import Node, toposort
 
@@ -144,10 +145,31 @@ def relative_l2(out: np.ndarray, ref: np.ndarray) -> float:
     return float(diff_norm / norm) if norm > 0 else float(diff_norm)
 
 
-def compare(graph: Graph, outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> list[Check]:
-    """Each output's error against the reference, with the tolerance of its dtype."""
-    return [Check(name, relative_l2(outputs[name], reference[name]), tolerance(node))
-            for name, node in graph.outputs.items()]
+def compare(graph: Graph, outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
+            inputs: Mapping[str, np.ndarray] | None = None, max_allowance: float = math.inf) -> list[Check]:
+    """Each output's error against the reference, with the tolerance of its dtype. Given the `inputs`, an output that
+    fails it may instead lie within ROUNDING_NOISE times what the graph's own rounding moves it (`rounding_noise`), at
+    most `max_allowance`."""
+    checks = [Check(name, relative_l2(outputs[name], reference[name]), tolerance(node))
+              for name, node in graph.outputs.items()]
+    if inputs is None or all(check.ok for check in checks):
+        return checks
+    noise = rounding_noise(graph, inputs, reference)
+    return [Check(c.output, c.error, max(c.tolerance, min(ROUNDING_NOISE * noise[c.output], max_allowance)))
+            if not c.ok and np.isfinite(noise[c.output]) else c for c in checks]
+
+
+ROUNDING_NOISE = 4.0   # a faithful program rounds elsewhere than the graph evaluated at its own precision does: a few
+                       # times that evaluation's distance from the float64 reference is what such a program may differ
+
+
+def rounding_noise(graph: Graph, inputs: Mapping[str, np.ndarray],
+                   reference: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """Per output, how far the graph evaluated at its own precision (each value rounded to its dtype) lies from the
+    float64 reference: large only where an output cancels what it sums (a bfloat16 mean of terms summing to nearly
+    zero), where no program that stores the graph's dtypes can be closer. NaN where that evaluation overflows."""
+    values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs), rounded=True)
+    return {name: relative_l2(values[id(node)], reference[name]) for name, node in graph.outputs.items()}
 
 
 def tolerance(output: Node) -> float:
@@ -174,12 +196,13 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
     that verifying many candidate programs of one graph evaluates the reference once per draw.
     """
     checks: list[Check] = []
+    strict = False   # some draw met the dtypes' own tolerances, not only an allowance for rounding noise
     for draw in range(draws + (1 if large else 0)):
         found = reference_draw(graph, seed, draw, draw >= draws, memo)
         if found is None:
             continue
         inputs, reference = found
-        compared = compare(graph, program.execute(inputs), reference)
+        compared = compare(graph, program.execute(inputs), reference, inputs)
         checks = compared if draw < draws else checks   # the last ordinary draw's are returned, the large one's not
         failed = [c for c in compared if not c.ok]
         if failed:
@@ -187,6 +210,11 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
             raise VerificationError(f"kernel program for graph {graph.name!r} disagrees with the reference on"
                                     f" output {worst.output!r}: relative L2 error {worst.error:.3g} >"
                                     f" {worst.tolerance:g} (seed {seed + draw})")
+        strict = strict or all(c.error <= tolerance(graph.outputs[c.output]) for c in compared)
+    if checks and not strict:
+        raise VerificationError(f"kernel program for graph {graph.name!r} matched the reference only within the"
+                                f" graph's own rounding noise on every draw (seeds from {seed}); nothing shows it"
+                                f" right")
     return checks
 
 

@@ -6,8 +6,11 @@ import pytest
 from graph_cases import CASES
 
 import tensorsmith as ts
+from tensorsmith import nn
 from tensorsmith.ir.dtypes import bfloat16_to_float, float_to_bfloat16
-from tensorsmith.search.verify import random_inputs, reference_draw, relative_l2
+from tensorsmith.search.partition import partition
+from tensorsmith.search.verify import (ROUNDING_NOISE, VerificationError, compare, random_inputs, reference_draw,
+                                       relative_l2, rounding_noise, verify_program)
 
 
 def test_inputs_are_rounded_to_their_dtype_and_never_zero() -> None:
@@ -86,3 +89,45 @@ def test_a_realistic_float16_mlp_is_not_rejected_by_verification() -> None:
     assert np.abs(ts.evaluate(graph, inputs)["y"]).max() < 100
     program = ts.compile(graph, budget_s=5, profile=False, cache=False)
     assert program.report["checks"] and all(c["relative_l2"] <= c["tolerance"] for c in program.report["checks"])
+
+
+def _cancelling_mean(scale: float = 1.0) -> ts.Graph:
+    """The bfloat16 mean of 800 standard normal values (the fuzzer's seed 363), summed one axis at a time with each
+    partial sum stored in bfloat16: the mean is near zero, the partial sums are not, so what the graph's own
+    rounding leaves of it differs from the float64 reference by more than bfloat16's tolerance."""
+    g = ts.Graph("cancelling_mean")
+    g.output("out", g.input("x", (2, 16, 5, 5), "bfloat16").mean() * scale)
+    return g
+
+
+def test_an_output_that_cancels_is_judged_against_the_graphs_own_rounding_noise() -> None:
+    graph = _cancelling_mean()
+    program = partition(graph)
+    noisy = []
+    for draw in range(4):
+        inputs = random_inputs(graph, draw)
+        reference = ts.evaluate(graph, inputs)
+        outputs = program.execute(inputs)
+        plain, allowed = compare(graph, outputs, reference), compare(graph, outputs, reference, inputs)
+        assert all(c.ok for c in allowed)
+        noise = rounding_noise(graph, inputs, reference)["out"]
+        if not all(c.ok for c in plain):   # rejected by the dtype's tolerance alone, within the noise
+            noisy.append(noise)
+            assert plain[0].error <= ROUNDING_NOISE * noise
+    assert noisy, "no draw of this graph cancels: the test shows nothing"
+    verify_program(graph, program, seed=0, draws=4)   # raises if the noise allowance were not applied
+
+
+def test_a_wrong_program_is_not_excused_by_rounding_noise() -> None:
+    graph = _cancelling_mean()
+    wrong = partition(_cancelling_mean(scale=1.5))   # the same inputs and output, a different function
+    with pytest.raises(VerificationError):
+        verify_program(graph, wrong, seed=0, draws=4)
+
+
+def test_a_well_conditioned_output_has_rounding_noise_near_its_dtypes_precision() -> None:
+    g = ts.Graph("norm")
+    x = g.input("x", (64, 256), "bfloat16")
+    g.output("y", nn.rms_norm(x, g.input("w", (256,), "bfloat16")))
+    inputs = random_inputs(g, 1)
+    assert rounding_noise(g, inputs, ts.evaluate(g, inputs))["y"] < 2 ** -7   # bfloat16 keeps 8 bits
