@@ -1,7 +1,8 @@
 """The reference interpreter: evaluates any Graph in numpy float64. It is the oracle for every test.
 
 Floats are float64 throughout (a cast between float dtypes does not round; `evaluate_nodes(rounded=True)`
-evaluates at the graph's own precision instead), int32 stays int32 and bool stays bool. `SEMANTICS` is the one definition of what each op means.
+evaluates at the graph's own precision instead), int32 stays int32 and bool stays bool. `SEMANTICS` is
+the one definition of what each op means.
 """
 from __future__ import annotations
 

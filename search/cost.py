@@ -192,8 +192,8 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
         threads, bk = launch["block"][0], params["bk"]
         tile_loads = params["stages"] * params["bm"] * bk // threads   # elements in flight per thread
         persistent = launch.get("persistent", False)   # then `blocks` counts output tiles, the grid walks them
-        computed = (params["bm"] * bk if launch["computed_a"] and not launch["copy_a"] else 0) + \
-            (bk * params["bn"] if launch["computed_b"] and not launch["copy_b"] else 0)
+        computed = ((params["bm"] * bk if launch["computed_a"] and not launch["copy_a"] else 0)
+                    + (bk * params["bn"] if launch["computed_b"] and not launch["copy_b"] else 0))
         return Geometry(launch["tiles"] if persistent else math.prod(launch["grid"]), threads, launch["shared_bytes"],
                         MMA_BYTES, max(1, tile_loads), -(-launch["kdim"] // bk),
                         "wgmma" if launch.get("arch") == WGMMA_ARCH else "mma",
