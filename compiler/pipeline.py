@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import multiprocessing
+from functools import partial
 import time
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
@@ -114,7 +115,7 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], 
     reference = evaluate(c.graph, inputs)
     c.kernel_times = times = KernelTimes(c.kernel_times_path, device_name())
 
-    def run(program: KernelProgram, timed: bool) -> list[float]:
+    def run(program: KernelProgram, timed: bool) -> list[float]:   # each kernel's seconds where `timed`, else []
         candidate = Compilation(c.graph, c.options, c.target, kernel_program=program)
         _render(candidate)
         _nvrtc(candidate)
@@ -124,14 +125,8 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], 
         _check(c.graph, outputs, reference, inputs)
         return [ms / 1e3 for ms in kernel_ms]
 
-    def kernel_seconds_measured(program: KernelProgram) -> list[float]:
-        return run(program, timed=True)
-
-    def outputs_checked(program: KernelProgram) -> None:
-        run(program, timed=False)
-
     def measure(program: KernelProgram) -> float:
-        return times.program_seconds(program, kernel_seconds_measured, outputs_checked, c.target.launch_s)
+        return times.program_seconds(program, partial(run, timed=True), partial(run, timed=False), c.target.launch_s)
     return measure
 
 

@@ -115,7 +115,7 @@ class _Run:
     measured: dict[Candidate, float] = field(default_factory=dict)
     rejected: dict[Candidate, str] = field(default_factory=dict)    # verdicts of candidates measure refused
     verdicts: dict[Boundaries, bool] = field(default_factory=dict)
-    checks: dict[Boundaries, list[Check]] = field(default_factory=dict)   # the last draw's checks of those that pass
+    checks: dict[Boundaries, list[Check]] = field(default_factory=dict)   # the last ordinary draw's, where they pass
     draws: dict[int, Draw | None] = field(default_factory=dict)   # verify_program's memo: inputs, reference per draw
     history: list[dict[str, Any]] = field(default_factory=list)
     stats: SearchStats = field(default_factory=SearchStats)

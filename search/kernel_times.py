@@ -1,10 +1,11 @@
 """Measured kernel times by signature, kept on disk beside the program cache.
 
-A kernel's signature is what decides its speed on one GPU: its body's structure over buffers of given shapes, dtypes
-and roles (`space.kernel_structure`), its schedule, the code that renders it (a digest of codegen's sources and
-templates) and the device's name. A candidate program whose kernels were all measured before (an identical layer,
-another candidate sharing kernels, a second model with the same layers) is not run again: its time is the sum of
-its kernels' plus one launch each, the basis every measured candidate is compared on.
+A kernel's signature is what decides its speed on one GPU: its body's structure over buffers of given shapes and
+dtypes (`space.kernel_structure`), its schedule, the code that renders and compiles it (`codegen_fingerprint`) and
+the device's name. A candidate program whose kernels were all measured before (an identical layer, another
+candidate sharing kernels, a second model with the same layers) is not timed again, only run once for its outputs
+to be checked: its time is the sum of its kernels' plus one launch each, the basis every measured candidate is
+compared on.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 
 KERNEL_TIMES_FILE = "kernel_times.jsonl"   # one JSON record a line: device, signature, seconds, kernel name
 MeasureKernels = Callable[[KernelProgram], list[float]]   # each kernel's seconds, in order, outputs checked first
-CheckOutputs = Callable[[KernelProgram], None]             # one untimed run, outputs checked (raises if wrong)
+CheckOutputs = Callable[[KernelProgram], object]           # one untimed run, outputs checked (raises if wrong)
 
 
 @lru_cache(maxsize=1)

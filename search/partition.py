@@ -92,11 +92,11 @@ def computed_operands(graph: Graph) -> list[Node]:
     return sorted(found.values(), key=lambda node: order[id(node)])
 
 
-def inside_operands(graph: Graph) -> list[Node]:
-    """The nodes under computed_operands that their kernels may compute themselves: a norm's sum of squares (one
-    row kernel writes the normalised rows), and the one matmul an operand is computed from elementwise, nothing else
-    reading it (the activation then its epilogue). Other matmuls and attentions keep kernels of their own."""
-    operands = computed_operands(graph)
+def inside_operands(graph: Graph, operands: list[Node]) -> list[Node]:
+    """The nodes under `operands` (computed_operands') that their kernels may compute themselves: a norm's sum of
+    squares (one row kernel writes the normalised rows), and the one matmul an operand is computed from
+    elementwise, nothing else reading it (the activation then its epilogue). Other matmuls and attentions keep
+    kernels of their own."""
     nodes = graph.nodes()
     readers: dict[int, list[Node]] = {}
     for node in nodes:

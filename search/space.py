@@ -98,8 +98,9 @@ class CandidateSpace:
         """The greedy partition with every matmul operand that is computed given a buffer of its own, so that the
         matmuls read plain buffers (TMA, asynchronous copies), and what lies under those operands computed in their
         kernels (a norm's sum of squares and its scaled rows in one row kernel) where codegen takes it."""
-        operands = frozenset(self.position[id(node)] for node in computed_operands(self.graph))
-        inside = frozenset(self.position[id(node)] for node in inside_operands(self.graph))
+        nodes = computed_operands(self.graph)
+        operands = frozenset(self.position[id(node)] for node in nodes)
+        inside = frozenset(self.position[id(node)] for node in inside_operands(self.graph, nodes))
         return self.legal((self.greedy() - inside) | (operands & frozenset(self.points)))
 
     def unfused(self) -> Boundaries:
