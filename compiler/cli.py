@@ -30,7 +30,10 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
                         help="let -o replace an existing folder tensorsmith did not write")
     parser.add_argument("--graph", help="which graph to compile when model.py defines several")
     parser.add_argument("--budget", type=_positive_seconds, default=60.0, metavar="SECONDS",
-                        help="search time budget (default 60; a positive number)")
+                        help="seconds the whole compile may take (default 60; a positive number). It can overrun by"
+                             " the winner's verification, which is never left out: one random test at full size (about"
+                             " two float64 evaluations of the graph in numpy) and, on a GPU, its check and timing;"
+                             " the exact check runs only in what is left")
     parser.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same program")
     parser.add_argument("--no-profile", action="store_true", help="do not time kernels even where a GPU is present")
     parser.add_argument("--cache-dir", help="where compiled programs are cached (default ~/.cache/tensorsmith/programs)")

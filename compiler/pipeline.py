@@ -1,9 +1,11 @@
 """The compiler pipeline: a flat list of named stages, each a function from one plain data type to the next."""
 from __future__ import annotations
 
+import functools
+import math
 import multiprocessing
-from functools import partial
 import time
+from functools import partial
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -22,7 +24,7 @@ from tensorsmith.search.exact import MAX_WORK as EXACT_MAX_WORK
 from tensorsmith.search.exact import PRIME, ExactCheck, check_exact, evaluation_size
 from tensorsmith.search.kernel_times import KERNEL_TIMES_FILE, KernelTimes
 from tensorsmith.search.partition import unfused
-from tensorsmith.search.verify import (Check, VerificationError, check_verifiable, compare, random_inputs,
+from tensorsmith.search.verify import (Check, Draw, VerificationError, check_verifiable, compare, reference_draw,
                                        verify_program)
 
 from .cache import ProgramCache, program_key
@@ -67,6 +69,10 @@ class Compilation:
     exact_against: str = ""            # which graph it compared with
     kernel_times_path: Path | None = None   # the measured kernel times beside the program cache (None: no cache)
     kernel_times: KernelTimes | None = None  # those the search measured or reused, where it measured on a GPU
+    deadline: float = math.inf         # time.monotonic() at which the budget is spent
+    draws: dict[int, Draw | None] = field(default_factory=dict)   # random tests' inputs and reference outputs, by
+                                       # draw: the search's, then the GPU's check (draw 0) and the exact check's cut
+    left_out: dict[str, str] = field(default_factory=dict)   # checks and measurements the budget left out, and why
 
     def chosen_graph(self) -> Graph:
         """The rewritten graph that extraction chose, which the search partitions into kernels."""
@@ -97,9 +103,13 @@ def _search(c: Compilation) -> None:
             c.target = replace(c.target, launch_s=measured_launch_seconds())
             c.launch_measured = True
         measure = _measure_on_gpu(c, gpu) if on_gpu else None
-        c.search = search.search_program(c.chosen_graph(), c.target, c.options.budget_s, c.options.seed,
-                                         measure=measure, progress=c.options.progress, reference=c.graph)
+        budget = max(c.deadline - time.monotonic(), MIN_SEARCH_SHARE * c.options.budget_s)
+        c.search = search.search_program(c.chosen_graph(), c.target, budget, c.options.seed, measure=measure,
+                                         progress=c.options.progress, reference=c.graph, draws=c.draws)
     c.kernel_program = c.search.program
+
+
+MIN_SEARCH_SHARE = 0.5   # of the budget, left to the search however long saturation took
 
 
 def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], float]:
@@ -111,11 +121,11 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], 
     VerificationError, a fault or a hang KernelFault (from an InWorker `gpu`), and the search skips it.
     """
     from tensorsmith.codegen.runtime import device_name
-    inputs = random_inputs(c.graph, c.options.seed + 2000)
-    reference = evaluate(c.graph, inputs)
+    draw = functools.cache(partial(_gpu_draw, c))   # at the first measurement: the search times that draw's reference
     c.kernel_times = times = KernelTimes(c.kernel_times_path, device_name())
 
     def run(program: KernelProgram, timed: bool) -> list[float]:   # each kernel's seconds where `timed`, else []
+        inputs, reference = draw()
         candidate = Compilation(c.graph, c.options, c.target, kernel_program=program)
         _render(candidate)
         _nvrtc(candidate)
@@ -130,18 +140,44 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], 
     return measure
 
 
+def _gpu_draw(c: Compilation) -> Draw:
+    """The inputs, and the reference's outputs, that GPU runs are checked on: the random tests' first draw (the
+    numpy executor's check of it and the GPU's are independent: two implementations of the program)."""
+    found = reference_draw(c.graph, c.options.seed, 0, memo=c.draws)
+    assert found is not None   # an ordinary draw always exists
+    return found
+
+
+EXACT_DRAWS = 2
+EXACT_SIDE_PER_REFERENCE = 1.5   # one side of one exact draw takes about this many float64 reference evaluations
+EXACT_ALWAYS_S = 1.0             # an exact draw expected to take less than this runs even past the budget
+
+
 def _verify(c: Compilation) -> None:
     """The program against the graph it was built from, exactly (over a prime field), then by random tests against
     the user's graph (the rewrites between the two are proved in the real numbers, not in the field): those the
-    search made of its winner, on the same draws, else (a program given, not searched) made here."""
+    search made of its winner, on the same draws, else (a program given, not searched) made here.
+
+    The exact check makes as many of its EXACT_DRAWS as are expected to fit in what is left of the budget (one
+    expected under EXACT_ALWAYS_S always), each timed as 2 * EXACT_SIDE_PER_REFERENCE of the search's reference
+    evaluations; the report says what it left out."""
     chosen = c.chosen_graph() if c.chosen is not None else c.graph
-    if evaluation_size(chosen) <= EXACT_MAX_WORK:
-        c.exact_checks = check_exact(chosen, c.program(), c.options.seed)
+    reference_s = c.search.stats.reference_s if c.search is not None else 0.0
+    draw_s = 2 * EXACT_SIDE_PER_REFERENCE * reference_s
+    left = c.deadline - time.monotonic()
+    draws = EXACT_DRAWS if draw_s <= EXACT_ALWAYS_S else min(EXACT_DRAWS, max(0, int(left // draw_s)))
+    if evaluation_size(chosen) > EXACT_MAX_WORK:
+        c.left_out["exact"] = f"more than {EXACT_MAX_WORK} elements to evaluate"
+    elif draws == 0:
+        c.left_out["exact"] = (f"a draw would take about {draw_s:.1f} s and {max(left, 0.0):.1f} s of the budget was"
+                               f" left; a larger --budget includes it")
+    else:
+        c.exact_checks = check_exact(chosen, c.program(), c.options.seed, draws)
         c.exact_against = "the user's graph" if chosen.structural_hash() == c.graph.structural_hash() else \
             "the rewritten graph extraction chose"
     # the search tested its winner's boundary set on these draws (numpy ignores schedules), against this graph
     searched = c.search is not None and c.search.checks and c.search.program is c.kernel_program
-    c.checks = c.search.checks if searched else verify_program(c.graph, c.program(), c.options.seed)
+    c.checks = c.search.checks if searched else verify_program(c.graph, c.program(), c.options.seed, memo=c.draws)
 
 
 def _render(c: Compilation) -> None:
@@ -158,23 +194,27 @@ def _profile(c: Compilation) -> None:
         return
     if not gpu_available():
         raise DeviceError("profiling needs an NVIDIA GPU and none was found; compile with profile=False")
-    inputs = random_inputs(c.graph, c.options.seed + 1000)
+    inputs, reference = _gpu_draw(c)
     gpu = InProcess()    # the chosen program was measured by the search already; the baseline is one op a kernel
-    c.checks, c.kernel_ms, c.total_ms = measure(c.graph, to_program(c, report=False), inputs, gpu)
+    c.checks, c.kernel_ms, c.total_ms = measure(c.graph, to_program(c, report=False), inputs, gpu, reference)
+    if time.monotonic() >= c.deadline:
+        c.left_out["unfused"] = "the budget was spent; the unfused baseline was not compiled or timed"
+        return
     baseline = Compilation(c.graph, c.options, c.target, kernel_program=unfused(c.graph))
     _render(baseline)
     _nvrtc(baseline)
-    c.unfused_ms = measure(c.graph, to_program(baseline, report=False), inputs, gpu)[2]
+    c.unfused_ms = measure(c.graph, to_program(baseline, report=False), inputs, gpu, reference)[2]
 
 
-def measure(graph: Graph, program: Program, inputs: dict, gpu: Profiler | None = None
-            ) -> tuple[list[Check], list[float], float]:
-    """Outputs checked against the reference first, then each kernel's and the program's median time in ms.
+def measure(graph: Graph, program: Program, inputs: dict, gpu: Profiler | None = None,
+            reference: dict | None = None) -> tuple[list[Check], list[float], float]:
+    """Outputs checked against the reference (computed here unless given) first, then each kernel's and the
+    program's median time in ms.
 
     `gpu` says where: InProcess() (the default) or InWorker().
     """
     outputs, kernel_ms, total_ms = (gpu or InProcess()).profile(program, inputs)
-    checks = _check(graph, outputs, evaluate(graph, inputs), inputs)
+    checks = _check(graph, outputs, reference if reference is not None else evaluate(graph, inputs), inputs)
     return checks, kernel_ms, total_ms
 
 
@@ -215,7 +255,8 @@ def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: in
             cache: bool = True, cache_dir: str | Path | None = None) -> Program:
     """Compile `graph` for `target` into a verified Program (profiled where a GPU is present).
 
-    A graph compiled before with the same target and options comes from the cache at once. `progress` is called
+    `budget_s` bounds the whole compile but for the winner's verification (see `compile --help`). A graph compiled
+    before with the same target and options comes from the cache at once. `progress` is called
     with each stage's name and the search's counts; by default they go to a progress line where standard error is
     a terminal, else to the "tensorsmith" logger at INFO; False says nothing.
     """
@@ -249,6 +290,7 @@ def _compile(graph: Graph, options: CompileOptions, store: ProgramCache | None) 
             progress("cache")
         return hit
     check_verifiable(graph)
+    compilation.deadline = time.monotonic() + budget_s
     for stage in STAGES:
         if progress:
             progress(stage.name)
@@ -308,7 +350,8 @@ def _report(c: Compilation) -> dict[str, Any]:
         "checks": [{"output": ch.output, "relative_l2": ch.error, "tolerance": ch.tolerance} for ch in c.checks],
         "exact": ({"against": c.exact_against, "modulus": PRIME, "draws": len(c.exact_checks) // len(c.graph.outputs),
                    "outputs": list(dict.fromkeys(ch.output for ch in c.exact_checks))}
-                  if c.exact_checks else {"skipped": f"more than {EXACT_MAX_WORK} elements to evaluate"}),
+                  if c.exact_checks else {"skipped": c.left_out.get("exact", "not run")}),
+        "left_out": dict(c.left_out),
         "total_ms": c.total_ms, "predicted_ms": predicted, "unfused_predicted_ms": unfused_predicted,
         "unfused_ms": c.unfused_ms,
         "speedup": measured_speedup if measured_speedup is not None else unfused_predicted / predicted,

@@ -69,6 +69,8 @@ class SearchStats:
     faulted: int = 0               # measured candidates whose kernels faulted (an illegal address, a crash)
     timed_out: int = 0             # measured candidates that ran past their deadline (a hang)
     wrong_on_gpu: int = 0          # measured candidates whose GPU outputs disagree with the reference
+    draws_cut: int = 0             # boundary sets random-tested on one ordinary draw, not all, the budget being spent
+    reference_s: float = 0.0       # one float64 evaluation of the reference graph on one draw, as timed here
     seconds: float = 0.0
     budget_hit: bool = False
 
@@ -108,7 +110,8 @@ class _Run:
     graph: Graph              # what candidates are random-tested against: the caller's reference graph
     seed: int
     cfg: SearchConfig
-    deadline: float
+    deadline: float           # when the search stops trying candidates (the budget less the verification reserve)
+    end: float                # the end of the budget: past it a candidate is random-tested on one ordinary draw
     measure: Measure | None
     progress: Callable[[SearchProgress], None] | None
     predicted: dict[Candidate, float] = field(default_factory=dict)
@@ -134,9 +137,11 @@ class _Run:
         """Random tests of the candidate's program (per boundary set: the numpy executor ignores schedules)."""
         boundaries = candidate.boundaries
         if boundaries not in self.verdicts:
+            draws = self.cfg.verify_draws if time.monotonic() < self.end else 1
+            self.stats.draws_cut += draws < self.cfg.verify_draws
             try:
                 self.checks[boundaries] = verify_program(self.graph, self.space.build(candidate), self.seed,
-                                                         self.cfg.verify_draws, large=True, memo=self.draws)
+                                                         draws, large=True, memo=self.draws)
                 self.verdicts[boundaries] = True
                 self.stats.verified += 1
             except VerificationError:
@@ -196,11 +201,15 @@ class _Run:
 
 def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float = 60.0, seed: int = 0,
                    measure: Measure | None = None, progress: Callable[[SearchProgress], None] | None = None,
-                   config: SearchConfig | None = None, reference: Graph | None = None) -> SearchResult:
+                   config: SearchConfig | None = None, reference: Graph | None = None,
+                   draws: dict[int, Draw | None] | None = None) -> SearchResult:
     """The fastest verified KernelProgram for `graph` that the search finds within `budget_s` seconds.
 
     Candidates are random-tested against `reference` (default `graph`): a graph with the same inputs and outputs
     that `graph` was rewritten from, such as the user's, whose tests of the winner the compiler then keeps.
+    `draws` is verify_program's memo of those tests' inputs and reference outputs, where the caller keeps it to
+    use the same draws after the search. Past the budget, a candidate is tested on one ordinary draw, not
+    `config.verify_draws` (and on the large-magnitude one where it applies): the budget can be overrun by that.
 
     >>> result = search_program(graph, "sm90", budget_s=10)
     >>> result.program.kernels[0].schedule, result.stats.verified
@@ -209,7 +218,8 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     target = get_target(target) if isinstance(target, str) else target
     cfg = config or SearchConfig(BeamConfig(seed=seed), MCTSConfig(seed=seed))
     space = CandidateSpace(graph, target, AbstractChecker())
-    run = _Run(space, reference or graph, seed, cfg, start + budget_s, measure, progress)
+    run = _Run(space, reference or graph, seed, cfg, start + budget_s, start + budget_s, measure, progress,
+               draws=draws if draws is not None else {})
     run.deadline -= _verification_reserve(run, budget_s)
     ranked = beam(space, cfg.beam, run.deadline, run.score)
     if measure is not None and ranked and time.monotonic() < run.deadline:   # the model's choice (codegen's measured
@@ -235,8 +245,9 @@ def _verification_reserve(run: _Run, budget_s: float) -> float:
     and each remaining draw's reference and each draw's program execution are expected to take as long."""
     began = time.monotonic()
     reference_draw(run.graph, run.seed, 0, memo=run.draws)
+    run.stats.reference_s = time.monotonic() - began
     draws = run.cfg.verify_draws + (1 if softmax_like(run.graph) else 0)
-    reserve = (time.monotonic() - began) * (2 * draws - 1)
+    reserve = run.stats.reference_s * (2 * draws - 1)
     return min(reserve, (1.0 - MIN_SEARCH_SHARE) * budget_s)
 
 

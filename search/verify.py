@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from tensorsmith.ir.interpreter import evaluate_nodes
 from tensorsmith.ir.ops import VIEWS, Op
 from tensorsmith.ir.patterns import match_matmul
 
-from tensorsmith.ir.dtypes import DType, round_to, round_to_host
+from tensorsmith.ir.dtypes import DType, round_to_host
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.interpreter import check_inputs, evaluate
@@ -105,13 +105,17 @@ def weight_scales(graph: Graph) -> dict[str, float]:
     return scales
 
 
-def random_inputs(graph: Graph, seed: int, scale: float = 1.0) -> dict[str, np.ndarray]:
-    """Fresh inputs for `graph`: normal floats (never zeros; weight matrices at their `weight_scales`, the rest
-    standard), small ints, random bools."""
+def random_inputs(graph: Graph, seed: int, scale: float = 1.0,
+                  only: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Fresh inputs for `graph` (or those named in `only`): normal floats (never zeros; weight matrices at their
+    `weight_scales`, the rest standard), small ints, random bools."""
     rng = np.random.default_rng(seed)
     arrays = {}
     weights = weight_scales(graph)
+    names = set(graph.inputs if only is None else only)
     for name, node in graph.inputs.items():
+        if name not in names:
+            continue
         if node.dtype.is_float:   # drawn in float32 and rounded once: a 64M-element input takes 0.3 s, not 3
             values = rng.standard_normal(node.shape, dtype=np.float32)
             factor = scale * weights.get(name, 1.0)
@@ -191,7 +195,7 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
     return the last of those draws' checks.
 
     With `large`, a softmax-like graph (a max reduction and an exponential) also gets a draw uniform in
-    +-LARGE_MAGNITUDE, where its dtypes allow it (`large_inputs` returns None where they do not).
+    +-LARGE_MAGNITUDE, where its dtypes allow it (`large_draw` returns None where they do not).
     `memo` keeps each draw's inputs and reference outputs between calls for the same graph and seed, so
     that verifying many candidate programs of one graph evaluates the reference once per draw.
     """
@@ -220,15 +224,19 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
 
 def reference_draw(graph: Graph, seed: int, draw: int, large: bool = False,
                    memo: dict[int, Draw | None] | None = None) -> Draw | None:
-    """Draw number `draw`'s inputs (seed + draw; `large`: large_inputs') and the reference's outputs on them,
+    """Draw number `draw`'s inputs (seed + draw; `large`: large_draw's) and the reference's outputs on them,
     from `memo` where it holds them (else remembered there, up to MEMO_BYTES); None where no large draw applies."""
     if memo is not None and draw in memo:
         return memo[draw]
-    inputs = large_inputs(graph, seed + draw) if large else random_inputs(graph, seed + draw)
-    found = None if inputs is None else (inputs, evaluate(graph, inputs))
+    found = large_draw(graph, seed + draw) if large else _ordinary_draw(graph, seed + draw)
     if memo is not None and (found is None or _nbytes(found) <= MEMO_BYTES):
         memo[draw] = found
     return found
+
+
+def _ordinary_draw(graph: Graph, seed: int) -> Draw:
+    inputs = random_inputs(graph, seed)
+    return inputs, evaluate(graph, inputs)
 
 
 def _nbytes(draw: Draw) -> int:
@@ -243,24 +251,23 @@ def softmax_like(graph: Graph) -> bool:
             and any(n.op == Op.MAX and n.srcs[0].shape[n.arg] > SHORT_MAX for n in nodes))
 
 
-def large_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray] | None:
-    """Float inputs uniform in +-LARGE_MAGNITUDE for a softmax-like graph, or None where that does not apply:
-    the graph is not softmax-like, or some value on the way would not fit its dtype (a float16 temporary
-    that overflows would make the reference, not the candidate, meaningless)."""
+def large_draw(graph: Graph, seed: int) -> Draw | None:
+    """Float inputs uniform in +-LARGE_MAGNITUDE for a softmax-like graph, and the reference's outputs on them (the
+    one evaluation that also checks their range), or None where that does not apply: the graph is not softmax-like,
+    or some value on the way would not fit its dtype (a float16 temporary that overflows would make the reference,
+    not the candidate, meaningless)."""
     if not softmax_like(graph):
         return None
     rng = np.random.default_rng(seed)
-    inputs = random_inputs(graph, seed)
-    for name, node in graph.inputs.items():
-        if node.dtype.is_float:
-            inputs[name] = round_to(rng.uniform(-LARGE_MAGNITUDE, LARGE_MAGNITUDE, node.shape),
-                                    node.dtype).astype(inputs[name].dtype)
-    values = evaluate_nodes(graph.outputs.values(), {k: np.asarray(v, np.float64) if v.dtype.kind == "f" else v
-                                                     for k, v in inputs.items()})
+    inputs = {name: round_to_host(rng.uniform(-LARGE_MAGNITUDE, LARGE_MAGNITUDE, node.shape).astype(np.float32),
+                                  node.dtype) for name, node in graph.inputs.items() if node.dtype.is_float}
+    inputs = {**random_inputs(graph, seed, only=[n for n in graph.inputs if n not in inputs]), **inputs}
+    values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs))
     for node in toposort(graph.outputs.values()):
         if node.dtype.is_float and node.dtype != DType.FLOAT32 and id(node) in values:   # (a matmul's product is not)
             limit = float(np.finfo(np.float16).max) if node.dtype == DType.FLOAT16 else 3.0e38
             with np.errstate(invalid="ignore"):
                 if np.nanmax(np.abs(np.asarray(values[id(node)], np.float64)), initial=0.0) > limit:
                     return None
-    return inputs
+    return {name: inputs[name] for name in graph.inputs}, {name: np.array(values[id(node)])
+                                                           for name, node in graph.outputs.items()}

@@ -20,7 +20,7 @@ from tensorsmith.search.partition import build_program, partition, unfused
 from tensorsmith.search.prune import AbstractChecker, feasible_schedules, kernel_facts
 from tensorsmith.search.space import CandidateSpace
 from tensorsmith.search import verify as verify_module
-from tensorsmith.search.verify import VerificationError, large_inputs, verify_program
+from tensorsmith.search.verify import VerificationError, large_draw, verify_program
 
 SM90 = get_target("sm90")
 
@@ -178,8 +178,9 @@ def test_a_draw_of_large_magnitudes_catches_an_unstable_softmax() -> None:
     g = ts.Graph("softmax")
     x = g.input("x", (2, 50), "float16")
     g.output("y", nn.softmax(x, axis=-1))
-    inputs = large_inputs(g, seed=3)
-    assert inputs is not None and np.abs(inputs["x"].astype(np.float32)).max() > 60
+    draw = large_draw(g, seed=3)
+    assert draw is not None and np.abs(draw[0]["x"].astype(np.float32)).max() > 60
+    assert np.allclose(draw[1]["y"], ts.evaluate(g, draw[0])["y"])   # its reference outputs are the graph's
     # the textbook softmax without the max, its exponentials kept in a float16 buffer: exact on small
     # inputs, inf / inf = nan once exp(x) passes 65504
     naive = ts.Graph("softmax")
@@ -192,7 +193,7 @@ def test_a_draw_of_large_magnitudes_catches_an_unstable_softmax() -> None:
     with pytest.raises(VerificationError):
         verify_program(g, unstable, seed=0, large=True)          # the large draw does not
     assert CandidateSpace(g, SM90).check_program(unstable) is False   # and Z3 sees a different expression
-    assert large_inputs(CASES["pointwise_math"](), seed=0) is None    # a max of two is not softmax-like
+    assert large_draw(CASES["pointwise_math"](), seed=0) is None    # a max of two is not softmax-like
 
 
 def test_remembered_draws_evaluate_the_reference_once_and_still_catch_a_wrong_program(

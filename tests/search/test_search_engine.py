@@ -136,9 +136,10 @@ def test_verification_of_the_winner_is_reserved_from_the_budget(monkeypatch) -> 
         time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
         return found
     monkeypatch.setattr(engine, "reference_draw", reference_taking_a_second)
-    run = engine._Run(None, graph, 0, QUICK, 0.0, None, None)
+    run = engine._Run(None, graph, 0, QUICK, 0.0, 0.0, None, None)
     reserve = engine._verification_reserve(run, budget_s=60.0)
     assert 0 in run.draws and run.draws[0] is not None          # the verification will read it from the memo
+    assert 0.9 <= run.stats.reference_s <= 1.5                   # and the pipeline sizes the exact check by it
     draws = 2 + engine.softmax_like(graph)     # the large draw too where the graph is softmax-like
     assert 2 * draws - 1.1 <= reserve <= 2 * draws - 0.5   # the other references and every execution: 1 s each
     assert engine._verification_reserve(run, budget_s=2.0) == pytest.approx(1.5)   # capped at 75%

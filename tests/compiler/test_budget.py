@@ -1,0 +1,50 @@
+"""The budget bounds the whole compile: the search gets what the stages before it left, the exact check runs only in
+what is left after it, and past the budget the winner is random-tested on one ordinary draw, never none."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import tensorsmith as ts
+from graph_cases import CASES
+from tensorsmith import pipeline
+from tensorsmith.search.engine import search_program
+from tensorsmith.search.verify import verify_program
+
+
+def test_the_search_gets_what_is_left_of_the_budget(monkeypatch) -> None:
+    given: list[float] = []
+    real = pipeline.search.search_program
+
+    def recording(graph, target, budget_s, *args, **kwargs):
+        given.append(budget_s)
+        return real(graph, target, budget_s, *args, **kwargs)
+    monkeypatch.setattr(pipeline.search, "search_program", recording)
+    graph = CASES["norms"]()
+    compilation = pipeline.Compilation(graph, pipeline.CompileOptions(budget_s=40.0, profile=False),
+                                       pipeline.get_target("sm90"), chosen=graph)
+    compilation.deadline = time.monotonic() + 30.0        # ten seconds of the forty spent before the search
+    pipeline._search(compilation)
+    compilation.deadline = time.monotonic() - 5.0         # all of it spent: the search still gets half
+    pipeline._search(compilation)
+    assert 29.0 < given[0] <= 30.0 and given[1] == pytest.approx(20.0)
+
+
+def test_the_exact_check_is_left_out_where_the_budget_cannot_hold_it_and_the_report_says_so(monkeypatch) -> None:
+    graph = CASES["tensor_core_mlp"]()
+    monkeypatch.setattr(pipeline, "EXACT_ALWAYS_S", 0.0)   # no draw is too cheap to weigh against the budget
+    roomy = ts.compile(graph, budget_s=60.0, profile=False, cache=False, progress=False)
+    assert roomy.report["exact"]["draws"] == pipeline.EXACT_DRAWS and "exact" not in roomy.report["left_out"]
+    spent = ts.compile(CASES["tensor_core_mlp"](), budget_s=0.01, profile=False, cache=False, progress=False)
+    assert "--budget" in spent.report["exact"]["skipped"] and spent.report["left_out"]["exact"]
+    assert spent.report["checks"] and all(c["relative_l2"] <= c["tolerance"] for c in spent.report["checks"])
+
+
+def test_past_the_budget_the_winner_is_tested_on_one_ordinary_draw() -> None:
+    graph = CASES["norms"]()
+    spent = search_program(graph, "sm90", budget_s=0.0)
+    assert spent.stats.budget_hit and spent.stats.draws_cut >= 1 and spent.checks
+    verify_program(graph, spent.program, seed=7)                  # and what it returns is right
+    roomy = search_program(CASES["norms"](), "sm90", budget_s=60.0)
+    assert roomy.stats.draws_cut == 0 and roomy.stats.reference_s > 0
