@@ -69,7 +69,7 @@ class SearchStats:
     faulted: int = 0               # measured candidates whose kernels faulted (an illegal address, a crash)
     timed_out: int = 0             # measured candidates that ran past their deadline (a hang)
     wrong_on_gpu: int = 0          # measured candidates whose GPU outputs disagree with the reference
-    draws_cut: int = 0             # boundary sets random-tested on one ordinary draw, not all, the budget being spent
+    draws_cut: int = 0             # boundary sets random-tested on fewer ordinary draws than configured: no more fit
     reference_s: float = 0.0       # one float64 evaluation of the reference graph on one draw, as timed here
     seconds: float = 0.0
     budget_hit: bool = False
@@ -111,7 +111,7 @@ class _Run:
     seed: int
     cfg: SearchConfig
     deadline: float           # when the search stops trying candidates (the budget less the verification reserve)
-    end: float                # the end of the budget: past it a candidate is random-tested on one ordinary draw
+    end: float                # the end of the budget, which decides how many draws a candidate is tested on
     measure: Measure | None
     progress: Callable[[SearchProgress], None] | None
     predicted: dict[Candidate, float] = field(default_factory=dict)
@@ -137,7 +137,7 @@ class _Run:
         """Random tests of the candidate's program (per boundary set: the numpy executor ignores schedules)."""
         boundaries = candidate.boundaries
         if boundaries not in self.verdicts:
-            draws = self.cfg.verify_draws if time.monotonic() < self.end else 1
+            draws = self.draws_that_fit()
             self.stats.draws_cut += draws < self.cfg.verify_draws
             try:
                 self.checks[boundaries] = verify_program(self.graph, self.space.build(candidate), self.seed,
@@ -152,6 +152,13 @@ class _Run:
             entry["verdict"] = "verified" if self.verdicts[boundaries] else "failed verification"
         self.report()
         return self.verdicts[boundaries]
+
+    def draws_that_fit(self) -> int:
+        """The most ordinary draws, at least one, whose tests are expected to end within the budget: k draws cost
+        about 2k - 1 reference evaluations (the first draw's reference is remembered; each execution costs one)."""
+        left = self.end - time.monotonic()
+        fits = [k for k in range(1, self.cfg.verify_draws + 1) if (2 * k - 1) * self.stats.reference_s <= left]
+        return max(fits, default=1)
 
     def evaluate(self, candidate: Candidate) -> float | None:
         """MCTS's reward: measured seconds of a verified candidate, or the cost model's without `measure`."""
@@ -208,8 +215,9 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     Candidates are random-tested against `reference` (default `graph`): a graph with the same inputs and outputs
     that `graph` was rewritten from, such as the user's, whose tests of the winner the compiler then keeps.
     `draws` is verify_program's memo of those tests' inputs and reference outputs, where the caller keeps it to
-    use the same draws after the search. Past the budget, a candidate is tested on one ordinary draw, not
-    `config.verify_draws` (and on the large-magnitude one where it applies): the budget can be overrun by that.
+    use the same draws after the search. A candidate is tested on as many of `config.verify_draws` ordinary draws as
+    are expected to end within the budget, at least one (and on the large-magnitude one where it applies): the
+    budget can be overrun by that.
 
     >>> result = search_program(graph, "sm90", budget_s=10)
     >>> result.program.kernels[0].schedule, result.stats.verified

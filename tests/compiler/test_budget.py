@@ -48,3 +48,13 @@ def test_past_the_budget_the_winner_is_tested_on_one_ordinary_draw() -> None:
     verify_program(graph, spent.program, seed=7)                  # and what it returns is right
     roomy = search_program(CASES["norms"](), "sm90", budget_s=60.0)
     assert roomy.stats.draws_cut == 0 and roomy.stats.reference_s > 0
+
+
+@pytest.mark.parametrize("reference_s, expected", [(1.0, 2), (2.0, 1), (60.0, 1)])
+def test_a_candidate_gets_the_draws_expected_to_end_within_the_budget(reference_s: float, expected: int) -> None:
+    """Two draws cost about three reference evaluations once the first draw's reference is remembered: with 5 s
+    left, both fit where one evaluation takes 1 s, and one (never none) where it takes 2 s or 60."""
+    from tensorsmith.search import engine
+    run = engine._Run(None, CASES["norms"](), 0, engine.SearchConfig(), 0.0, time.monotonic() + 5.0, None, None)
+    run.stats.reference_s = reference_s
+    assert run.draws_that_fit() == expected
