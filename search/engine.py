@@ -140,8 +140,8 @@ class _Run:
             draws = self.draws_that_fit()
             self.stats.draws_cut += draws < self.cfg.verify_draws
             try:
-                self.checks[boundaries] = verify_program(self.graph, self.space.build(candidate), self.seed,
-                                                         draws, large=True, memo=self.draws)
+                self.checks[boundaries] = verify_program(self.graph, self.space.build(candidate), self.seed, draws,
+                                                         large=True, memo=self.draws, max_draws=self.cfg.verify_draws)
                 self.verdicts[boundaries] = True
                 self.stats.verified += 1
             except VerificationError:
@@ -155,7 +155,8 @@ class _Run:
 
     def draws_that_fit(self) -> int:
         """The most ordinary draws, at least one, whose tests are expected to end within the budget: k draws cost
-        about 2k - 1 reference evaluations (the first draw's reference is remembered; each execution costs one)."""
+        about 2k - 1 reference evaluations (the first draw's reference is remembered; each execution costs one).
+        A candidate that matches only within rounding noise on them is tested on more, up to `verify_draws`."""
         left = self.end - time.monotonic()
         fits = [k for k in range(1, self.cfg.verify_draws + 1) if (2 * k - 1) * self.stats.reference_s <= left]
         return max(fits, default=1)

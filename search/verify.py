@@ -189,32 +189,34 @@ LARGE_MAGNITUDE = 80.0   # softmax and log-sum-exp inputs up to +-80: exp overfl
 Draw = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]   # inputs, and the reference's outputs on them
 
 
+LARGE_DRAW = -1          # the memo's key of the large-magnitude draw (drawn with seed + LARGE_SEED_OFFSET)
+LARGE_SEED_OFFSET = 1000
+
+
 def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int = 2,
-                   large: bool = False, memo: dict[int, Draw | None] | None = None) -> list[Check]:
-    """Execute the KernelProgram in numpy on `draws` fresh input sets; raise VerificationError on a mismatch, else
-    return the last of those draws' checks.
+                   large: bool = False, memo: dict[int, Draw | None] | None = None,
+                   max_draws: int | None = None) -> list[Check]:
+    """Execute the KernelProgram in numpy on `draws` fresh input sets (more, up to `max_draws`, while none has met
+    the dtypes' own tolerances); raise VerificationError on a mismatch, else return the last of those draws' checks.
 
     With `large`, a softmax-like graph (a max reduction and an exponential) also gets a draw uniform in
     +-LARGE_MAGNITUDE, where its dtypes allow it (`large_draw` returns None where they do not).
     `memo` keeps each draw's inputs and reference outputs between calls for the same graph and seed, so
     that verifying many candidate programs of one graph evaluates the reference once per draw.
     """
+    limit = max(draws, max_draws or draws)
     checks: list[Check] = []
     strict = False   # some draw met the dtypes' own tolerances, not only an allowance for rounding noise
-    for draw in range(draws + (1 if large else 0)):
-        found = reference_draw(graph, seed, draw, draw >= draws, memo)
-        if found is None:
-            continue
-        inputs, reference = found
-        compared = compare(graph, program.execute(inputs), reference, inputs)
-        checks = compared if draw < draws else checks   # the last ordinary draw's are returned, the large one's not
-        failed = [c for c in compared if not c.ok]
-        if failed:
-            worst = failed[0]
-            raise VerificationError(f"kernel program for graph {graph.name!r} disagrees with the reference on"
-                                    f" output {worst.output!r}: relative L2 error {worst.error:.3g} >"
-                                    f" {worst.tolerance:g} (seed {seed + draw})")
-        strict = strict or all(c.error <= tolerance(graph.outputs[c.output]) for c in compared)
+    draw = 0
+    while draw < limit and (draw < draws or not strict):
+        found = reference_draw(graph, seed, draw, memo=memo)
+        assert found is not None   # an ordinary draw always exists
+        checks = _checked(graph, program, found, seed + draw)
+        strict = strict or all(c.error <= tolerance(graph.outputs[c.output]) for c in checks)
+        draw += 1
+    found = reference_draw(graph, seed, LARGE_DRAW, memo=memo) if large else None
+    if found is not None:
+        _checked(graph, program, found, seed + LARGE_SEED_OFFSET)     # its checks are not the ones returned
     if checks and not strict:
         raise VerificationError(f"kernel program for graph {graph.name!r} matched the reference only within the"
                                 f" graph's own rounding noise on every draw (seeds from {seed}); nothing shows it"
@@ -222,13 +224,27 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
     return checks
 
 
-def reference_draw(graph: Graph, seed: int, draw: int, large: bool = False,
+def _checked(graph: Graph, program: KernelProgram, draw: Draw, seed: int) -> list[Check]:
+    """The program's outputs on one draw compared with the reference's; VerificationError where one disagrees."""
+    inputs, reference = draw
+    compared = compare(graph, program.execute(inputs), reference, inputs)
+    failed = [c for c in compared if not c.ok]
+    if failed:
+        worst = failed[0]
+        raise VerificationError(f"kernel program for graph {graph.name!r} disagrees with the reference on"
+                                f" output {worst.output!r}: relative L2 error {worst.error:.3g} >"
+                                f" {worst.tolerance:g} (seed {seed})")
+    return compared
+
+
+def reference_draw(graph: Graph, seed: int, draw: int,
                    memo: dict[int, Draw | None] | None = None) -> Draw | None:
-    """Draw number `draw`'s inputs (seed + draw; `large`: large_draw's) and the reference's outputs on them,
-    from `memo` where it holds them (else remembered there, up to MEMO_BYTES); None where no large draw applies."""
+    """Draw number `draw`'s inputs (seed + draw; LARGE_DRAW: large_draw's, seed + LARGE_SEED_OFFSET) and the
+    reference's outputs on them, from `memo` where it holds them (else remembered there, up to MEMO_BYTES); None
+    where no large draw applies."""
     if memo is not None and draw in memo:
         return memo[draw]
-    found = large_draw(graph, seed + draw) if large else _ordinary_draw(graph, seed + draw)
+    found = large_draw(graph, seed + LARGE_SEED_OFFSET) if draw == LARGE_DRAW else _ordinary_draw(graph, seed + draw)
     if memo is not None and (found is None or _nbytes(found) <= MEMO_BYTES):
         memo[draw] = found
     return found

@@ -9,8 +9,8 @@ import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.ir.dtypes import bfloat16_to_float, float_to_bfloat16
 from tensorsmith.search.partition import partition
-from tensorsmith.search.verify import (ROUNDING_NOISE, VerificationError, compare, random_inputs, reference_draw,
-                                       relative_l2, rounding_noise, verify_program)
+from tensorsmith.search.verify import (LARGE_DRAW, ROUNDING_NOISE, VerificationError, compare, random_inputs,
+                                       reference_draw, relative_l2, rounding_noise, verify_program)
 
 
 def test_inputs_are_rounded_to_their_dtype_and_never_zero() -> None:
@@ -131,3 +131,26 @@ def test_a_well_conditioned_output_has_rounding_noise_near_its_dtypes_precision(
     g.output("y", nn.rms_norm(x, g.input("w", (256,), "bfloat16")))
     inputs = random_inputs(g, 1)
     assert rounding_noise(g, inputs, ts.evaluate(g, inputs))["y"] < 2 ** -7   # bfloat16 keeps 8 bits
+
+
+def test_a_draw_within_rounding_noise_only_is_followed_by_another_up_to_max_draws() -> None:
+    """On one draw the cancelling mean matches only within its rounding noise, which alone shows nothing: with room for
+    more draws, verification makes them until one meets the plain tolerance, as a search short of budget asks."""
+    graph = _cancelling_mean()
+    program = partition(graph)
+    plain = [all(c.ok for c in compare(graph, program.execute(i), ts.evaluate(graph, i)))
+             for i in (random_inputs(graph, seed) for seed in range(4))]
+    first_noisy = plain.index(False)   # a draw that is within noise only
+    strict_after = plain.index(True, first_noisy)
+    with pytest.raises(VerificationError, match="rounding noise"):
+        verify_program(graph, program, seed=first_noisy, draws=1)
+    verify_program(graph, program, seed=first_noisy, draws=1, max_draws=strict_after - first_noisy + 1)
+
+
+def test_the_large_draw_has_a_key_of_its_own_whatever_the_number_of_ordinary_draws() -> None:
+    graph = ts.Graph("softmax_rows")
+    graph.output("y", nn.softmax(graph.input("x", (8, 64), "float32")))
+    program, memo = partition(graph), {}
+    verify_program(graph, program, seed=0, draws=1, large=True, memo=memo)
+    verify_program(graph, program, seed=0, draws=2, large=True, memo=memo)
+    assert np.abs(memo[1][0]["x"]).max() < 10 < np.abs(memo[LARGE_DRAW][0]["x"]).max()   # normal, then +-80
