@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from types import FrameType
 
 _PACKAGE_ROOTS = tuple(
@@ -58,8 +61,26 @@ class KernelFault(DeviceError):
         return str(self.args[0])
 
 
+_LOCATED: ContextVar[str | None] = ContextVar("tensorsmith_located", default=None)
+
+
+@contextmanager
+def located(where: str) -> Iterator[None]:
+    """Nodes built (and errors raised) inside say `where` is the user's line: an importer's line of the model it
+    translates, not its own."""
+    token = _LOCATED.set(where)
+    try:
+        yield
+    finally:
+        _LOCATED.reset(token)
+
+
 def user_location() -> str:
-    """The `file:line` of the innermost stack frame outside tensorsmith, for error messages."""
+    """The `file:line` of the innermost stack frame outside tensorsmith (or the `located` one), for error messages
+    and nodes."""
+    override = _LOCATED.get()
+    if override is not None:
+        return override
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)

@@ -1,0 +1,468 @@
+"""from_torch: a PyTorch module, through torch.export and its core ATen decomposition, as a tensorsmith Graph.
+
+Each ATen op of the exported graph is lowered by `LOWERINGS` (an op's name -> a function of its arguments, written
+with tensorsmith's Tensor API and `nn`); parameters and buffers become graph inputs bound to the module's tensors.
+Nodes that depend on no input (masks, position ids, `arange`, `full`) are evaluated by PyTorch at import and enter
+the graph as constants (one value) or bound inputs (any other). Each node carries the line of the module's code it
+came from (torch.export's stack trace). An op with no lowering is reported once, by name and line, with all others.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tensorsmith.ir import nn
+from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.errors import TensorsmithError, located
+from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.tensor import Tensor, constant, equal, iota, logical_and, logical_not, where
+
+from .pipeline import compile as ts_compile
+from .program import Program
+
+
+class TorchImportError(TensorsmithError):
+    """A module torch.export cannot export, or whose exported graph holds ops tensorsmith cannot lower."""
+
+
+DTYPES = {"torch.float32": DType.FLOAT32, "torch.float16": DType.FLOAT16, "torch.bfloat16": DType.BFLOAT16,
+          "torch.int32": DType.INT32, "torch.int64": DType.INT32, "torch.bool": DType.BOOL}
+# int64 (PyTorch's index dtype) is held as int32: token ids and positions fit; the call converts
+
+
+UNLOWERED = object()   # the value of a node whose op (or an argument's) has no lowering
+
+
+@dataclass
+class Folded:
+    """A value PyTorch computed at import: it depends on no input of the module."""
+
+    value: Any     # a torch tensor
+
+
+@dataclass
+class ImportedModule:
+    """The graph of a module and what its inputs are bound to."""
+
+    graph: Graph
+    arguments: list[str]                    # graph inputs of the forward's tensor arguments, in order
+    bound: dict[str, Any] = field(default_factory=dict)   # graph inputs bound to parameters, buffers, constants
+    outputs: list[str] = field(default_factory=list)      # graph outputs in the order forward returns them
+
+
+class TorchProgram:
+    """A compiled module, called as the module is: tensors in, tensors out (one, or a tuple)."""
+
+    def __init__(self, imported: ImportedModule, program: Program):
+        self.imported, self.program = imported, program
+
+    @property
+    def graph(self) -> Graph:
+        return self.imported.graph
+
+    def __call__(self, *args: Any) -> Any:
+        import torch
+        if len(args) != len(self.imported.arguments):
+            raise TorchImportError(f"this program takes {len(self.imported.arguments)} tensor arguments, as the module"
+                                   f" was exported with; got {len(args)}")
+        on_gpu = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+        inputs = {name: _as_input(value, self.imported.graph.inputs[name].dtype, on_gpu)
+                  for name, value in [*zip(self.imported.arguments, args), *self.imported.bound.items()]}
+        results = self.program(**inputs)
+        device = args[0].device if args and isinstance(args[0], torch.Tensor) else "cpu"
+        tensors = [r if isinstance(r, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(r)).to(device)
+                   for r in (results[name] for name in self.imported.outputs)]
+        return tensors[0] if len(tensors) == 1 else tuple(tensors)
+
+
+def _as_input(value: Any, dtype: DType, on_gpu: bool) -> Any:
+    """A torch tensor as the program takes it: int64 as int32, on the GPU where the call is; numpy on the CPU."""
+    import torch
+    tensor = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+    if dtype == DType.INT32 and tensor.dtype != torch.int32:
+        tensor = tensor.to(torch.int32)
+    if on_gpu:
+        return tensor.cuda().contiguous()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.detach().cpu().float().numpy()
+    return tensor.detach().cpu().numpy()
+
+
+def from_torch(module: Any, example_inputs: Sequence[Any], **compile_options: Any) -> TorchProgram:
+    """`module` exported with `example_inputs`, lowered, and compiled (`compile_options` as ts.compile takes them).
+
+    >>> prog = ts.from_torch(model, (x,), budget_s=30); y = prog(x)
+    """
+    imported = import_torch(module, example_inputs)
+    return TorchProgram(imported, ts_compile(imported.graph, **compile_options))
+
+
+def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = None) -> ImportedModule:
+    """The tensorsmith graph of `module` (an nn.Module) as torch.export traces it on `example_inputs`."""
+    import torch
+    try:
+        exported = torch.export.export(module, tuple(example_inputs)).run_decompositions()
+    except Exception as err:   # torch raises many kinds; the user needs its message, in one line
+        raise TorchImportError(f"torch.export could not export {type(module).__name__}: "
+                               f"{str(err).strip().splitlines()[0]}") from None
+    graph = Graph(_identifier(name or type(module).__name__))
+    imported = ImportedModule(graph, [])
+    state = {**exported.state_dict, **exported.constants}
+    sources = {spec.arg.name: spec for spec in exported.graph_signature.input_specs}
+    values: dict[str, Any] = {}
+    unsupported: dict[str, str] = {}
+    for node in exported.graph.nodes:
+        if node.op == "placeholder":
+            values[node.name] = _placeholder(imported, node, sources[node.name], state)
+        elif node.op == "call_function":
+            where = _where(node)
+            with located(where):
+                values[node.name] = _lower(node, values, imported, unsupported, where)
+        elif node.op == "output":
+            results = node.args[0] if isinstance(node.args[0], (tuple, list)) else [node.args[0]]
+            if unsupported:
+                listed = "; ".join(f"{op} (at {line})" for op, line in unsupported.items())
+                raise TorchImportError(f"{type(module).__name__} uses ATen ops tensorsmith cannot lower yet: {listed}")
+            for position, result in enumerate(results):
+                out = "y" if len(results) == 1 else f"y{position}"
+                graph.output(out, _tensor(values[result.name], imported, f"output {out}"))
+                imported.outputs.append(out)
+    return imported
+
+
+def _placeholder(imported: ImportedModule, node: Any, spec: Any, state: dict[str, Any]) -> Tensor:
+    """A graph input for a parameter, buffer or constant (bound to its tensor) or a tensor argument of forward."""
+    value = node.meta["val"]
+    dtype = DTYPES.get(str(value.dtype))
+    if dtype is None:
+        raise TorchImportError(f"input {node.name!r} has dtype {value.dtype}, which tensorsmith does not hold")
+    name = _identifier(spec.target if spec.target is not None else node.name)
+    tensor = imported.graph.input(name, tuple(value.shape), dtype)
+    if spec.kind.name == "USER_INPUT":
+        imported.arguments.append(name)
+    else:
+        imported.bound[name] = state[spec.target]
+    return tensor
+
+
+def _lower(node: Any, values: dict[str, Any], imported: ImportedModule, unsupported: dict[str, str],
+           where: str) -> Any:
+    """The value of one ATen node: folded by PyTorch where no argument depends on an input, else lowered."""
+    args = _resolve(node.args, values)
+    kwargs = _resolve(node.kwargs, values)
+    op = _op_name(node.target)
+    if op in IGNORED:
+        return None
+    if not _depends_on_input([*args, *kwargs.values()]):
+        return Folded(node.target(*_unfold(args), **_unfold(kwargs)))
+    lowering = LOWERINGS.get(op)
+    if lowering is None:
+        unsupported.setdefault(op, where)
+        return UNLOWERED
+    if any(v is UNLOWERED for v in _flatten([*args, *kwargs.values()])):
+        return UNLOWERED   # an argument that could not be lowered: its op is reported already
+    args = [_tensor(a, imported, op) if isinstance(a, Folded) else a for a in args]
+    kwargs = {k: _tensor(v, imported, op) if isinstance(v, Folded) else v for k, v in kwargs.items()}
+    result = lowering(node, *args, **kwargs)
+    return _as_exported(result, node.meta.get("val"))
+
+
+def _as_exported(result: Any, val: Any) -> Any:
+    """`result` cast to the dtype PyTorch gives the node (type promotion differs in corners); its shape checked."""
+    if not isinstance(result, Tensor) or val is None or not hasattr(val, "dtype"):
+        return result
+    if tuple(result.shape) != tuple(val.shape):
+        raise TensorsmithError(f"lowering gave shape {result.shape} where PyTorch has {tuple(val.shape)}"
+                               f" (a tensorsmith bug)")
+    dtype = DTYPES.get(str(val.dtype))
+    return result.cast(dtype) if dtype is not None and dtype != result.dtype else result
+
+
+def _tensor(value: Any, imported: ImportedModule, what: str) -> Tensor:
+    """A Tensor for a lowered or folded value: one repeated value as a constant, any other as a bound input."""
+    if isinstance(value, Tensor):
+        return value
+    if not isinstance(value, Folded):
+        raise TorchImportError(f"{what}: expected a tensor, got {type(value).__name__}")
+    tensor = value.value
+    dtype = DTYPES.get(str(tensor.dtype))
+    if dtype is None:
+        raise TorchImportError(f"{what}: a constant of dtype {tensor.dtype}, which tensorsmith does not hold")
+    flat = tensor.detach().reshape(-1)
+    if flat.numel() > 0 and bool((flat == flat[0]).all()) and math.isfinite(float(flat[0])):
+        return constant(flat[0].item(), tuple(tensor.shape), dtype)
+    name = f"folded{len([n for n in imported.bound if n.startswith('folded')])}"
+    imported.bound[name] = tensor.detach()
+    return imported.graph.input(name, tuple(tensor.shape), dtype)
+
+
+def _resolve(value: Any, values: dict[str, Any]) -> Any:
+    if hasattr(value, "op") and hasattr(value, "name") and value.name in values:
+        return values[value.name]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_resolve(v, values) for v in value)
+    if isinstance(value, dict):
+        return {k: _resolve(v, values) for k, v in value.items()}
+    return value
+
+
+def _flatten(values: Sequence[Any]) -> list[Any]:
+    flat: list[Any] = []
+    for v in values:
+        flat += _flatten(v) if isinstance(v, (list, tuple)) else [v]
+    return flat
+
+
+def _depends_on_input(values: Sequence[Any]) -> bool:
+    return any(isinstance(v, Tensor) or v is UNLOWERED or isinstance(v, (list, tuple)) and _depends_on_input(v)
+               for v in values)
+
+
+def _unfold(value: Any) -> Any:
+    if isinstance(value, Folded):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unfold(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _unfold(v) for k, v in value.items()}
+    return value
+
+
+def _op_name(target: Any) -> str:
+    """'aten.add.Tensor' for an ATen overload, 'getitem' for operator.getitem."""
+    return "getitem" if target is operator.getitem else str(target)
+
+
+def _where(node: Any) -> str:
+    """The module's `file:line` that made this node: the innermost frame of torch.export's stack trace."""
+    frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
+    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else f"<exported node {node.name}>"
+
+
+def _identifier(name: str) -> str:
+    cleaned = re.sub(r"\W", "_", name)
+    return cleaned if re.match(r"[A-Za-z_]", cleaned) else f"t_{cleaned}"
+
+
+# -- the lowerings: each takes the ATen node (for its shapes) and the node's arguments ------------------------------
+
+def _shape(node: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in node.meta["val"].shape)
+
+
+def _axes(x: Tensor, dims: Any) -> list[int]:
+    dims = [dims] if isinstance(dims, int) else list(dims) if dims else list(range(x.ndim))
+    return [d % max(x.ndim, 1) for d in dims]
+
+
+def _reduced(reduce: Callable[[Tensor, int], Tensor]) -> Callable[..., Tensor]:
+    def lower(node: Any, x: Tensor, dims: Any = None, keepdim: bool = False, **_: Any) -> Tensor:
+        out = x
+        for axis in sorted(_axes(x, dims), reverse=True):
+            out = reduce(out, axis)
+        return out.reshape(_shape(node))
+    return lower
+
+
+def _scalar(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") and not isinstance(value, Tensor) else value
+
+
+def _binary(fn: Callable[[Any, Any], Tensor]) -> Callable[..., Tensor]:
+    def lower(node: Any, a: Any, b: Any, alpha: Any = 1, **_: Any) -> Tensor:
+        a, b = _scalar(a), _scalar(b)
+        return fn(a, b if alpha == 1 else b * alpha)
+    return lower
+
+
+def _expand(node: Any, x: Tensor, sizes: Any, **_: Any) -> Tensor:
+    shape = _shape(node)
+    return x.reshape((1,) * (len(shape) - x.ndim) + tuple(x.shape)).expand(shape)
+
+
+def _slice(node: Any, x: Tensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Tensor:
+    if step != 1:
+        raise TorchImportError(f"slice with step {step}: only step 1 is supported")
+    index = [slice(None)] * x.ndim
+    index[dim % x.ndim] = slice(start, end)
+    return x[tuple(index)]
+
+
+def _cat(node: Any, tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """Concatenation as a sum of zero-padded parts (bools through int32): exact, and fusible."""
+    axis = dim % tensors[0].ndim
+    total, before, parts = sum(t.shape[axis] for t in tensors), 0, []
+    for t in tensors:
+        widths = [(0, 0)] * t.ndim
+        widths[axis] = (before, total - before - t.shape[axis])
+        parts.append((t.cast(DType.INT32) if t.dtype == DType.BOOL else t).pad(widths))
+        before += t.shape[axis]
+    out = parts[0]
+    for part in parts[1:]:
+        out = out + part
+    return out.cast(DType.BOOL) if tensors[0].dtype == DType.BOOL else out
+
+
+def _split(node: Any, x: Tensor, sizes: Sequence[int], dim: int = 0) -> list[Tensor]:
+    axis, start, parts = dim % x.ndim, 0, []
+    for size in sizes:
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(start, start + size)
+        parts.append(x[tuple(index)])
+        start += size
+    return parts
+
+
+def _power(node: Any, x: Tensor, exponent: Any) -> Tensor:
+    """x ** e for a constant e: products for small integers, sqrt and recip for halves and negatives, else
+    exp2(e * log2(x)) (then x must be positive)."""
+    e = float(exponent)
+    if e == 0.5:
+        return x.sqrt()
+    if e == -0.5:
+        return x.rsqrt()
+    if e.is_integer() and abs(e) <= 8:
+        out = constant(1.0, x.shape, x.dtype) if e == 0 else x
+        for _ in range(int(abs(e)) - 1):
+            out = out * x
+        return out.recip() if e < 0 else out
+    return (x.log2() * e).exp2()
+
+
+ERF_P = 0.3275911                                     # Abramowitz and Stegun 7.1.26: |error| < 1.5e-7
+ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def erf(x: Tensor) -> Tensor:
+    """erf(x) = sign(x) (1 - t (a1 + t (a2 + ...)) e**-x**2), t = 1 / (1 + p |x|): within 1.5e-7 of erf."""
+    t = (1 + ERF_P * x.abs()).recip()
+    poly = constant(ERF_A[-1], x.shape, x.dtype)
+    for a in reversed(ERF_A[:-1]):
+        poly = poly * t + a
+    magnitude = 1 - poly * t * (-(x * x)).exp()
+    return where(x < 0, -magnitude, magnitude)
+
+
+def _gelu(node: Any, x: Tensor, approximate: str = "none") -> Tensor:
+    return nn.gelu(x) if approximate == "tanh" else 0.5 * x * (1 + erf(x * (1 / math.sqrt(2.0))))
+
+
+def _layer_norm(node: Any, x: Tensor, shape: Sequence[int], weight: Any = None, bias: Any = None,
+                eps: float = 1e-5) -> tuple[Tensor, Tensor, Tensor]:
+    if len(shape) != 1:
+        raise TorchImportError(f"layer_norm over {len(shape)} axes: only the last axis is supported")
+    mean = x.mean(-1, keepdim=True)
+    centered = x - mean
+    rstd = ((centered * centered).mean(-1, keepdim=True) + eps).rsqrt()
+    return nn.layer_norm(x, weight, bias, eps), mean, rstd
+
+
+def _embedding(node: Any, weight: Tensor, ids: Tensor, *_: Any) -> Tensor:
+    """weight[ids] as a one-hot product: (ids == arange(V)) @ weight, exact (one nonzero term per row)."""
+    vocab = weight.shape[0]
+    hot = equal(iota(tuple(ids.shape) + (vocab,), ids.ndim), ids.reshape(tuple(ids.shape) + (1,))
+                .expand(tuple(ids.shape) + (vocab,)))
+    return hot.cast(weight.dtype) @ weight
+
+
+def _where_lowering(node: Any, cond: Tensor, a: Any, b: Any) -> Tensor:
+    return where(cond, _scalar(a), _scalar(b))
+
+
+def _compare(fn: Callable[[Any, Any], Tensor]) -> Callable[..., Tensor]:
+    return lambda node, a, b: fn(_scalar(a), _scalar(b))
+
+
+def _cast(node: Any, x: Tensor, *_: Any, dtype: Any = None, **__: Any) -> Tensor:
+    return x if dtype is None else x.cast(DTYPES[str(dtype)])
+
+
+def _addmm(node: Any, bias: Tensor, a: Tensor, b: Tensor, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    product = a @ b
+    return (product if alpha == 1 else product * alpha) + (bias if beta == 1 else bias * beta)
+
+
+def _full_like(node: Any, x: Tensor, value: Any, **_: Any) -> Tensor:
+    return constant(_scalar(value), x.shape, DTYPES[str(node.meta["val"].dtype)])
+
+
+def _identity(node: Any, x: Tensor, *_: Any, **__: Any) -> Tensor:
+    return x
+
+
+def _reshape(node: Any, x: Tensor, *_: Any, **__: Any) -> Tensor:
+    return x.reshape(_shape(node))
+
+
+LOWERINGS: dict[str, Callable[..., Any]] = {
+    "aten.view.default": _reshape, "aten._unsafe_view.default": _reshape, "aten.reshape.default": _reshape,
+    "aten.unsqueeze.default": _reshape, "aten.squeeze.dim": _reshape, "aten.squeeze.dims": _reshape,
+    "aten.squeeze.default": _reshape,
+    "aten.permute.default": lambda node, x, dims: x.permute(*[d % x.ndim for d in dims]),
+    "aten.t.default": lambda node, x: x.transpose(0, 1) if x.ndim == 2 else x,
+    "aten.transpose.int": lambda node, x, a, b: x.transpose(a, b),
+    "aten.expand.default": _expand,
+    "aten.slice.Tensor": _slice,
+    "aten.cat.default": _cat,
+    "aten.split_with_sizes.default": _split,
+    "aten.split.Tensor": lambda node, x, size, dim=0: _split(node, x, [min(size, x.shape[dim] - s) for s in
+                                                                     range(0, x.shape[dim], size)], dim),
+    "getitem": lambda node, values, index: values[index],
+    "aten.clone.default": _identity, "aten.alias.default": _identity, "aten.contiguous.default": _identity,
+    "aten.detach.default": _identity, "aten.lift_fresh_copy.default": _identity,
+    "aten._to_copy.default": _cast,
+    "aten.add.Tensor": _binary(lambda a, b: a + b), "aten.add.Scalar": _binary(lambda a, b: a + b),
+    "aten.sub.Tensor": _binary(lambda a, b: a - b), "aten.sub.Scalar": _binary(lambda a, b: a - b),
+    "aten.rsub.Scalar": _binary(lambda a, b: b - a),
+    "aten.mul.Tensor": _binary(lambda a, b: a * b), "aten.mul.Scalar": _binary(lambda a, b: a * b),
+    "aten.div.Tensor": _binary(lambda a, b: a / b), "aten.div.Scalar": _binary(lambda a, b: a / b),
+    "aten.neg.default": lambda node, x: -x,
+    "aten.pow.Tensor_Scalar": _power,
+    "aten.rsqrt.default": lambda node, x: x.rsqrt(), "aten.sqrt.default": lambda node, x: x.sqrt(),
+    "aten.exp.default": lambda node, x: x.exp(), "aten.log.default": lambda node, x: x.log(),
+    "aten.sin.default": lambda node, x: x.sin(), "aten.cos.default": lambda node, x: x.cos(),
+    "aten.abs.default": lambda node, x: x.abs(), "aten.reciprocal.default": lambda node, x: x.recip(),
+    "aten.tanh.default": lambda node, x: nn.tanh(x), "aten.sigmoid.default": lambda node, x: nn.sigmoid(x),
+    "aten.silu.default": lambda node, x: nn.silu(x), "aten.relu.default": lambda node, x: nn.relu(x),
+    "aten.gelu.default": _gelu, "aten.erf.default": lambda node, x: erf(x),
+    "aten.maximum.default": lambda node, a, b: nn.maximum(a, b),
+    "aten.minimum.default": lambda node, a, b: -nn.maximum(-a, -b),
+    "aten.clamp.default": lambda node, x, lo=None, hi=None: _clamp(x, lo, hi),
+    "aten.mean.dim": _reduced(lambda x, axis: x.mean(axis, keepdim=True)),
+    "aten.sum.dim_IntList": _reduced(lambda x, axis: x.sum(axis, keepdim=True)),
+    "aten.amax.default": _reduced(lambda x, axis: x.max(axis, keepdim=True)),
+    "aten.any.dim": _reduced(lambda x, axis: x.cast(DType.FLOAT32).max(axis, keepdim=True) > 0),
+    "aten.any.dims": _reduced(lambda x, axis: x.cast(DType.FLOAT32).max(axis, keepdim=True) > 0),
+    "aten.any.default": _reduced(lambda x, axis: x.cast(DType.FLOAT32).max(axis, keepdim=True) > 0),
+    "aten.mm.default": lambda node, a, b: a @ b, "aten.bmm.default": lambda node, a, b: a @ b,
+    "aten.addmm.default": _addmm,
+    "aten.native_layer_norm.default": _layer_norm,
+    "aten._softmax.default": lambda node, x, dim, half_to_float=False: nn.softmax(x, axis=dim),
+    "aten._safe_softmax.default": lambda node, x, dim, dtype=None: nn.softmax(x, axis=dim),
+    "aten._log_softmax.default": lambda node, x, dim, half_to_float=False: nn.log_softmax(x, axis=dim),
+    "aten.where.self": _where_lowering,
+    "aten.logical_not.default": lambda node, x: logical_not(x),
+    "aten.bitwise_and.Tensor": lambda node, a, b: logical_and(a, b),
+    "aten.logical_and.default": lambda node, a, b: logical_and(a, b),
+    "aten.eq.Tensor": _compare(lambda a, b: equal(a, b)), "aten.eq.Scalar": _compare(lambda a, b: equal(a, b)),
+    "aten.ne.Tensor": _compare(lambda a, b: logical_not(equal(a, b))),
+    "aten.ne.Scalar": _compare(lambda a, b: logical_not(equal(a, b))),
+    "aten.lt.Tensor": _compare(lambda a, b: a < b), "aten.lt.Scalar": _compare(lambda a, b: a < b),
+    "aten.gt.Tensor": _compare(lambda a, b: a > b), "aten.gt.Scalar": _compare(lambda a, b: a > b),
+    "aten.le.Tensor": _compare(lambda a, b: a <= b), "aten.le.Scalar": _compare(lambda a, b: a <= b),
+    "aten.ge.Tensor": _compare(lambda a, b: a >= b), "aten.ge.Scalar": _compare(lambda a, b: a >= b),
+    "aten.embedding.default": _embedding,
+    "aten.full_like.default": _full_like,
+}
+IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten.sym_constrain_range.default"}
+
+
+def _clamp(x: Tensor, lo: Any, hi: Any) -> Tensor:
+    out = x if lo is None else nn.maximum(x, _scalar(lo))
+    return out if hi is None else -nn.maximum(-out, -_scalar(hi))
