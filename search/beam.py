@@ -53,7 +53,7 @@ def _boundary_beam(space: CandidateSpace, cfg: BeamConfig, deadline: float) -> l
         if time.monotonic() > deadline:
             break
         for boundaries in frontier:
-            for child in space.neighbours(boundaries):
+            for child in space.neighbours(boundaries, deadline):
                 if child not in scores and space.expression_ok(child):
                     scores[child] = space.best_rank(child)
                 if time.monotonic() > deadline:

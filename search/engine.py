@@ -233,7 +233,7 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     ranked = beam(space, cfg.beam, run.deadline, run.score)
     if measure is not None and ranked and time.monotonic() < run.deadline:   # the model's choice (codegen's measured
         run.evaluate(ranked[0][1])   # defaults where near) first: a candidate MCTS measures wins only by being faster
-    roots = _mcts_roots(space, ranked)
+    roots = _mcts_roots(space, ranked, run.deadline)
     if roots and time.monotonic() < run.deadline:
         mcts(space, roots, run.evaluate, cfg.mcts, run.deadline)
     greedy = _greedy_candidate(space)
@@ -260,17 +260,26 @@ def _verification_reserve(run: _Run, budget_s: float) -> float:
     return min(reserve, (1.0 - MIN_SEARCH_SHARE) * budget_s)
 
 
-def _mcts_roots(space: CandidateSpace, ranked: list[tuple[float, Candidate]]) -> list[Boundaries]:
+def _mcts_roots(space: CandidateSpace, ranked: list[tuple[float, Candidate]], deadline: float) -> list[Boundaries]:
     """The beam's best boundary set; then the greedy partition and the one with computed matmul operands
     materialised, whichever the beam did not rank first (the model may misjudge which of fusing an operand's
     computation into the matmul or giving it a kernel is faster, so both are measured early); then the beam's other
-    sets, and one move from its best."""
+    sets, and up to NEIGHBOUR_ROOTS sets one move from its best (those found by `deadline`)."""
     roots = list(dict.fromkeys(candidate.boundaries for _, candidate in ranked))
     if roots:
         forms = [b for b in (space.greedy(), space.operands_materialised()) if space.expression_ok(b)]
         roots = list(dict.fromkeys([roots[0], *forms, *roots[1:]]))
-        roots += [b for b in space.neighbours(roots[0]) if b not in roots and space.expression_ok(b)][:4]
+        near: list[Boundaries] = []
+        for b in space.neighbours(roots[0], deadline):
+            if len(near) == NEIGHBOUR_ROOTS or time.monotonic() > deadline:
+                break
+            if b not in roots and space.expression_ok(b):
+                near.append(b)
+        roots += near
     return roots
+
+
+NEIGHBOUR_ROOTS = 4
 
 
 def _greedy_candidate(space: CandidateSpace) -> Candidate | None:

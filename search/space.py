@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import time
 from dataclasses import dataclass, field
 
 from tensorsmith.codegen.emit import NotFusable
@@ -123,10 +124,13 @@ class CandidateSpace:
         self._legal[wanted] = first
         return first
 
-    def neighbours(self, boundaries: Boundaries) -> list[Boundaries]:
-        """Boundary sets one node away (materialise one more, or one fewer), legalised, deduplicated, sorted."""
+    def neighbours(self, boundaries: Boundaries, deadline: float = math.inf) -> list[Boundaries]:
+        """Boundary sets one node away (materialise one more, or one fewer), legalised, deduplicated, sorted; those
+        found by `deadline` (a large graph's legalisations take seconds)."""
         found: set[Boundaries] = set()
         for point in self.points:
+            if time.monotonic() > deadline:
+                break
             moved = boundaries - {point} if point in boundaries else boundaries | {point}
             legal = self.legal(frozenset(moved))
             if legal != boundaries:
