@@ -50,6 +50,8 @@ class SearchConfig:
     beam: BeamConfig = BeamConfig()
     mcts: MCTSConfig = MCTSConfig()
     verify_draws: int = 2
+    max_draws: int = 4           # draws made while none has met the dtypes' own tolerances (an output that cancels
+                                 # matches within its rounding noise only, on some draws)
     max_verified: int = 8        # candidates random-tested before giving up on the ranked list
 
 
@@ -141,7 +143,7 @@ class _Run:
             self.stats.draws_cut += draws < self.cfg.verify_draws
             try:
                 self.checks[boundaries] = verify_program(self.graph, self.space.build(candidate), self.seed, draws,
-                                                         large=True, memo=self.draws, max_draws=self.cfg.verify_draws)
+                                                         large=True, memo=self.draws, max_draws=self.cfg.max_draws)
                 self.verdicts[boundaries] = True
                 self.stats.verified += 1
             except VerificationError:
@@ -156,7 +158,7 @@ class _Run:
     def draws_that_fit(self) -> int:
         """The most ordinary draws, at least one, whose tests are expected to end within the budget: k draws cost
         about 2k - 1 reference evaluations (the first draw's reference is remembered; each execution costs one).
-        A candidate that matches only within rounding noise on them is tested on more, up to `verify_draws`."""
+        A candidate that matches only within rounding noise on them is tested on more, up to `max_draws`."""
         left = self.end - time.monotonic()
         fits = [k for k in range(1, self.cfg.verify_draws + 1) if (2 * k - 1) * self.stats.reference_s <= left]
         return max(fits, default=1)
