@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import multiprocessing
 import time
@@ -33,6 +34,7 @@ from .program import CompiledKernel, Program
 from .progress import default_progress
 
 VERSION = "0.1.0"
+log = logging.getLogger("tensorsmith")
 
 
 @dataclass(frozen=True)
@@ -103,10 +105,24 @@ def _search(c: Compilation) -> None:
             c.target = replace(c.target, launch_s=measured_launch_seconds())
             c.launch_measured = True
         measure = _measure_on_gpu(c, gpu) if on_gpu else None
-        budget = max(c.deadline - time.monotonic(), MIN_SEARCH_SHARE * c.options.budget_s)
-        c.search = search.search_program(c.chosen_graph(), c.target, budget, c.options.seed, measure=measure,
-                                         progress=c.options.progress, reference=c.graph, draws=c.draws)
+        try:
+            c.search = _search_chosen(c, measure)
+        except VerificationError as err:
+            if c.chosen_graph().structural_hash() == c.graph.structural_hash():
+                raise
+            log.warning("the rewritten graph of %r failed random testing (%s); compiling the graph as written",
+                        c.graph.name, err)
+            c.left_out["rewrites"] = f"the rewritten graph failed random testing ({err}); the graph as written was compiled"
+            c.chosen = c.graph
+            c.search = _search_chosen(c, measure)
     c.kernel_program = c.search.program
+
+
+def _search_chosen(c: Compilation, measure: Callable[[KernelProgram], float] | None) -> Any:
+    """search_program on the chosen graph, its candidates tested against the user's, in what is left of the budget."""
+    budget = max(c.deadline - time.monotonic(), MIN_SEARCH_SHARE * c.options.budget_s)
+    return search.search_program(c.chosen_graph(), c.target, budget, c.options.seed, measure=measure,
+                                 progress=c.options.progress, reference=c.graph, draws=c.draws)
 
 
 MIN_SEARCH_SHARE = 0.5   # of the budget, left to the search however long saturation took

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 import tensorsmith as ts
@@ -58,3 +59,17 @@ def test_a_candidate_gets_the_draws_expected_to_end_within_the_budget(reference_
     run = engine._Run(None, CASES["norms"](), 0, engine.SearchConfig(), 0.0, time.monotonic() + 5.0, None, None)
     run.stats.reference_s = reference_s
     assert run.draws_that_fit() == expected
+
+
+def test_a_rewritten_graph_that_fails_random_testing_falls_back_to_the_graph_as_written(monkeypatch) -> None:
+    """Were a rewrite unsound (a cast lost, say), every candidate of the rewritten graph fails its tests against the
+    user's graph: the compile then searches the graph as written, and its report says why."""
+    def build(scale: float) -> ts.Graph:
+        g = ts.Graph("scaled")
+        g.output("y", g.input("x", (64, 32), "float32") * scale + 1.0)
+        return g
+    monkeypatch.setattr(pipeline.search, "extract", lambda saturated: build(3.0))   # not the graph's function
+    program = ts.compile(build(2.0), budget_s=5.0, profile=False, cache=False, progress=False)
+    assert "the graph as written was compiled" in program.report["left_out"]["rewrites"]
+    x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    assert np.allclose(program(device="cpu", x=x)["y"], x * 2.0 + 1.0, rtol=1e-6)
