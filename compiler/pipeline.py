@@ -112,7 +112,8 @@ def _search(c: Compilation) -> None:
                 raise
             log.warning("the rewritten graph of %r failed random testing (%s); compiling the graph as written",
                         c.graph.name, err)
-            c.left_out["rewrites"] = f"the rewritten graph failed random testing ({err}); the graph as written was compiled"
+            c.left_out["rewrites"] = (f"the rewritten graph failed random testing ({err}); the graph as written was"
+                                      f" compiled")
             c.chosen = c.graph
             c.search = _search_chosen(c, measure)
     c.kernel_program = c.search.program
