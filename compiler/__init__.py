@@ -10,7 +10,8 @@ from tensorsmith.ir import (CompileError, DeviceError, DType, DTypeError, Graph,
 from .pipeline import VERSION as __version__
 from .pipeline import compile
 from .program import Program, load
+from .torch_import import TorchImportError, from_torch, import_torch
 
 __all__ = ["CompileError", "DeviceError", "DType", "DTypeError", "Graph", "GraphError", "InputError", "OutputError",
            "ShapeError", "TargetError", "Tensor", "TensorsmithError", "constant", "evaluate", "iota", "nn", "compile",
-           "Program", "load", "__version__"]
+           "Program", "load", "from_torch", "import_torch", "TorchImportError", "__version__"]

@@ -1,0 +1,153 @@
+"""from_torch: PyTorch modules through torch.export, lowered to tensorsmith, compiled, and matched against eager PyTorch
+on the same inputs (on the CPU executor here; the GPU test runs them on the device)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: from_torch needs it")
+F = torch.nn.functional
+
+from tensorsmith.codegen.runtime import gpu_available  # noqa: E402
+from tensorsmith.ir.errors import TensorsmithError  # noqa: E402
+from tensorsmith.torch_import import TorchImportError, from_torch, import_torch  # noqa: E402
+
+QUICK = {"budget_s": 3.0, "cache": False, "progress": False}
+
+
+class Block(torch.nn.Module):
+    """A Llama-style decoder block as PyTorch users write it: RMSNorm, fused QKV, causal SDPA, SwiGLU."""
+
+    def __init__(self, width: int = 64, heads: int = 4, ffn: int = 96):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = torch.nn.RMSNorm(width, eps=1e-6), torch.nn.RMSNorm(width, eps=1e-6)
+        self.qkv = torch.nn.Linear(width, 3 * width, bias=False)
+        self.o = torch.nn.Linear(width, width, bias=False)
+        self.gate, self.up = torch.nn.Linear(width, ffn, bias=False), torch.nn.Linear(width, ffn, bias=False)
+        self.down = torch.nn.Linear(ffn, width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for z in self.qkv(self.norm1(x)).split(d, dim=-1))
+        x = x + self.o(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d))
+        h = self.norm2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@pytest.fixture(autouse=True)
+def _seeded() -> None:
+    torch.manual_seed(0)
+
+
+def test_a_decoder_block_written_in_pytorch_compiles_and_matches_eager() -> None:
+    block = Block().eval()
+    program = from_torch(block, (torch.randn(2, 16, 64),), profile=False, **QUICK)
+    assert program.imported.arguments == ["x"] and len(program.imported.bound) >= 7   # the weights are bound
+    x = torch.randn(2, 16, 64)                      # other inputs than the export's
+    with torch.no_grad():
+        assert _relative(program(x), block(x)) < 1e-5
+
+
+def test_each_node_keeps_the_line_of_the_module_that_made_it() -> None:
+    imported = import_torch(Block().eval(), (torch.randn(1, 8, 64),))
+    lines = {node.where for node in imported.graph.nodes() if node.where}
+    assert any(where.endswith(".py:" + str(Block.forward.__code__.co_firstlineno + 4)) for where in lines)
+
+
+class Exact(torch.nn.Module):
+    """Exact GELU (erf), an embedding lookup, a concatenation, a clamp and a power."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(50, 16)
+
+    def forward(self, ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        e = self.table(ids)
+        joined = torch.cat([F.gelu(e), x.clamp(-0.5, 0.5)], dim=-1)
+        return joined.pow(2) + joined
+
+
+def test_exact_gelu_embedding_concatenation_clamp_and_power() -> None:
+    module = Exact().eval()
+    ids, x = torch.randint(0, 50, (3, 5)), torch.randn(3, 5, 8)
+    program = from_torch(module, (ids, x), profile=False, **QUICK)
+    ids, x = torch.randint(0, 50, (3, 5)), torch.randn(3, 5, 8)
+    with torch.no_grad():
+        assert _relative(program(ids, x), module(ids, x)) < 1e-6
+
+
+def test_values_that_depend_on_no_input_are_folded_at_import() -> None:
+    class Masked(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            n = x.shape[-1]
+            mask = torch.arange(n)[None, :] <= torch.arange(n)[:, None]   # a causal mask, made from shapes alone
+            return torch.where(mask, x, torch.zeros_like(x)).sum(-1)
+    module = Masked()
+    imported = import_torch(module, (torch.randn(6, 6),))
+    assert [name for name in imported.bound if name.startswith("folded")]   # the mask, computed by PyTorch
+    program = from_torch(module, (torch.randn(6, 6),), profile=False, **QUICK)
+    x = torch.randn(6, 6)
+    assert _relative(program(x), module(x)) < 1e-6
+
+
+def test_an_op_with_no_lowering_is_reported_by_name_and_line() -> None:
+    class Running(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cumsum(x, dim=-1).sort(dim=-1).values
+    with pytest.raises(TorchImportError) as caught:
+        import_torch(Running(), (torch.randn(4, 8),))
+    message = str(caught.value)
+    assert "aten.cumsum" in message and "aten.sort" in message and "test_torch_import.py:" in message
+    assert isinstance(caught.value, TensorsmithError)
+
+
+def test_a_module_torch_export_refuses_is_one_clear_error() -> None:
+    class DataDependent(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2 if x.sum() > 0 else x   # control flow on a value: torch.export cannot trace it
+    with pytest.raises(TorchImportError, match="torch.export could not export DataDependent"):
+        import_torch(DataDependent(), (torch.randn(3),))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="needs an NVIDIA GPU")
+def test_a_float16_block_on_the_gpu_matches_eager() -> None:
+    block = Block(width=256, heads=4, ffn=512).eval().half().cuda()
+    program = from_torch(block, (torch.randn(2, 128, 256, device="cuda", dtype=torch.float16),), **QUICK)
+    x = torch.randn(2, 128, 256, device="cuda", dtype=torch.float16)
+    with torch.no_grad():
+        out, ref = program(x), block(x)
+    assert out.is_cuda and out.dtype == torch.float16 and _relative(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_small_hugging_face_model_matches_eager(family: str) -> None:
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+
+    class Logits(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=ids, use_cache=False).logits
+    if family == "llama":
+        config = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                                          num_key_value_heads=2, num_hidden_layers=2, vocab_size=1000)
+        model = transformers.LlamaForCausalLM(config)
+    else:
+        config = transformers.GPT2Config(n_embd=128, n_layer=2, n_head=4, vocab_size=1000, n_positions=64,
+                                         bos_token_id=0, eos_token_id=0)
+        model = transformers.GPT2LMHeadModel(config)
+    module = Logits(model.eval())
+    program = from_torch(module, (torch.randint(0, 1000, (1, 16)),), profile=False, **QUICK)
+    ids = torch.randint(0, 1000, (1, 16))
+    with torch.no_grad():
+        assert _relative(program(ids), module(ids)) < 1e-5
+    assert np.isfinite(program(ids).numpy()).all()
