@@ -12,10 +12,8 @@ import math
 import operator
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from tensorsmith.ir import nn
 from tensorsmith.ir.dtypes import DType
@@ -23,11 +21,11 @@ from tensorsmith.ir.errors import TensorsmithError, located
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, iota, logical_and, logical_not, where
 
+from .imported import ImportedModel, ImportedProgram, ModelImportError, identifier
 from .pipeline import compile as ts_compile
-from .program import Program
 
 
-class TorchImportError(TensorsmithError):
+class TorchImportError(ModelImportError):
     """A module torch.export cannot export, or whose exported graph holds ops tensorsmith cannot lower."""
 
 
@@ -46,64 +44,16 @@ class Folded:
     value: Any     # a torch tensor
 
 
-@dataclass
-class ImportedModule:
-    """The graph of a module and what its inputs are bound to."""
-
-    graph: Graph
-    arguments: list[str]                    # graph inputs of the forward's tensor arguments, in order
-    bound: dict[str, Any] = field(default_factory=dict)   # graph inputs bound to parameters, buffers, constants
-    outputs: list[str] = field(default_factory=list)      # graph outputs in the order forward returns them
-
-
-class TorchProgram:
-    """A compiled module, called as the module is: tensors in, tensors out (one, or a tuple)."""
-
-    def __init__(self, imported: ImportedModule, program: Program):
-        self.imported, self.program = imported, program
-
-    @property
-    def graph(self) -> Graph:
-        return self.imported.graph
-
-    def __call__(self, *args: Any) -> Any:
-        import torch
-        if len(args) != len(self.imported.arguments):
-            raise TorchImportError(f"this program takes {len(self.imported.arguments)} tensor arguments, as the module"
-                                   f" was exported with; got {len(args)}")
-        on_gpu = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
-        inputs = {name: _as_input(value, self.imported.graph.inputs[name].dtype, on_gpu)
-                  for name, value in [*zip(self.imported.arguments, args), *self.imported.bound.items()]}
-        results = self.program(**inputs)
-        device = args[0].device if args and isinstance(args[0], torch.Tensor) else "cpu"
-        tensors = [r if isinstance(r, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(r)).to(device)
-                   for r in (results[name] for name in self.imported.outputs)]
-        return tensors[0] if len(tensors) == 1 else tuple(tensors)
-
-
-def _as_input(value: Any, dtype: DType, on_gpu: bool) -> Any:
-    """A torch tensor as the program takes it: int64 as int32, on the GPU where the call is; numpy on the CPU."""
-    import torch
-    tensor = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
-    if dtype == DType.INT32 and tensor.dtype != torch.int32:
-        tensor = tensor.to(torch.int32)
-    if on_gpu:
-        return tensor.cuda().contiguous()
-    if tensor.dtype == torch.bfloat16:
-        return tensor.detach().cpu().float().numpy()
-    return tensor.detach().cpu().numpy()
-
-
-def from_torch(module: Any, example_inputs: Sequence[Any], **compile_options: Any) -> TorchProgram:
+def from_torch(module: Any, example_inputs: Sequence[Any], **compile_options: Any) -> ImportedProgram:
     """`module` exported with `example_inputs`, lowered, and compiled (`compile_options` as ts.compile takes them).
 
     >>> prog = ts.from_torch(model, (x,), budget_s=30); y = prog(x)
     """
     imported = import_torch(module, example_inputs)
-    return TorchProgram(imported, ts_compile(imported.graph, **compile_options))
+    return ImportedProgram(imported, ts_compile(imported.graph, **compile_options))
 
 
-def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = None) -> ImportedModule:
+def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = None) -> ImportedModel:
     """The tensorsmith graph of `module` (an nn.Module) as torch.export traces it on `example_inputs`."""
     import torch
     try:
@@ -111,8 +61,8 @@ def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = 
     except Exception as err:   # torch raises many kinds; the user needs its message, in one line
         raise TorchImportError(f"torch.export could not export {type(module).__name__}: "
                                f"{str(err).strip().splitlines()[0]}") from None
-    graph = Graph(_identifier(name or type(module).__name__))
-    imported = ImportedModule(graph, [])
+    graph = Graph(identifier(name or type(module).__name__))
+    imported = ImportedModel(graph)
     state = {**exported.state_dict, **exported.constants}
     sources = {spec.arg.name: spec for spec in exported.graph_signature.input_specs}
     values: dict[str, Any] = {}
@@ -136,22 +86,18 @@ def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = 
     return imported
 
 
-def _placeholder(imported: ImportedModule, node: Any, spec: Any, state: dict[str, Any]) -> Tensor:
+def _placeholder(imported: ImportedModel, node: Any, spec: Any, state: dict[str, Any]) -> Tensor:
     """A graph input for a parameter, buffer or constant (bound to its tensor) or a tensor argument of forward."""
     value = node.meta["val"]
     dtype = DTYPES.get(str(value.dtype))
     if dtype is None:
         raise TorchImportError(f"input {node.name!r} has dtype {value.dtype}, which tensorsmith does not hold")
-    name = _identifier(spec.target if spec.target is not None else node.name)
-    tensor = imported.graph.input(name, tuple(value.shape), dtype)
     if spec.kind.name == "USER_INPUT":
-        imported.arguments.append(name)
-    else:
-        imported.bound[name] = state[spec.target]
-    return tensor
+        return imported.argument(node.name, tuple(value.shape), dtype)
+    return imported.bind(spec.target, state[spec.target], tuple(value.shape), dtype)
 
 
-def _lower(node: Any, values: dict[str, Any], imported: ImportedModule, unsupported: dict[str, str],
+def _lower(node: Any, values: dict[str, Any], imported: ImportedModel, unsupported: dict[str, str],
            where: str) -> Any:
     """The value of one ATen node: folded by PyTorch where no argument depends on an input, else lowered."""
     args = _resolve(node.args, values)
@@ -184,7 +130,7 @@ def _as_exported(result: Any, val: Any) -> Any:
     return result.cast(dtype) if dtype is not None and dtype != result.dtype else result
 
 
-def _tensor(value: Any, imported: ImportedModule, what: str) -> Tensor:
+def _tensor(value: Any, imported: ImportedModel, what: str) -> Tensor:
     """A Tensor for a lowered or folded value: one repeated value as a constant, any other as a bound input."""
     if isinstance(value, Tensor):
         return value
@@ -197,9 +143,7 @@ def _tensor(value: Any, imported: ImportedModule, what: str) -> Tensor:
     flat = tensor.detach().reshape(-1)
     if flat.numel() > 0 and bool((flat == flat[0]).all()) and math.isfinite(float(flat[0])):
         return constant(flat[0].item(), tuple(tensor.shape), dtype)
-    name = f"folded{len([n for n in imported.bound if n.startswith('folded')])}"
-    imported.bound[name] = tensor.detach()
-    return imported.graph.input(name, tuple(tensor.shape), dtype)
+    return imported.bind("folded", tensor.detach(), tuple(tensor.shape), dtype)
 
 
 def _resolve(value: Any, values: dict[str, Any]) -> Any:
@@ -243,11 +187,6 @@ def _where(node: Any) -> str:
     """The module's `file:line` that made this node: the innermost frame of torch.export's stack trace."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
     return f"{frames[-1][0]}:{frames[-1][1]}" if frames else f"<exported node {node.name}>"
-
-
-def _identifier(name: str) -> str:
-    cleaned = re.sub(r"\W", "_", name)
-    return cleaned if re.match(r"[A-Za-z_]", cleaned) else f"t_{cleaned}"
 
 
 # -- the lowerings: each takes the ATen node (for its shapes) and the node's arguments ------------------------------

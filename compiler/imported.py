@@ -1,0 +1,102 @@
+"""What the importers (torch_import, onnx_import) make of a model: its Graph, the graph inputs bound to the model's
+own tensors (weights, buffers, folded constants), and a program called as the model is, its arguments in order."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.errors import TensorsmithError
+from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.tensor import Tensor
+
+from .program import Program
+
+
+class ModelImportError(TensorsmithError):
+    """A model that cannot be imported: its exporter refused it, or it holds ops tensorsmith cannot lower yet."""
+
+
+@dataclass
+class ImportedModel:
+    """The graph of an imported model and what its inputs are bound to."""
+
+    graph: Graph
+    arguments: list[str] = field(default_factory=list)      # graph inputs the model's caller gives, in order
+    bound: dict[str, Any] = field(default_factory=dict)     # graph inputs bound to the model's tensors
+    outputs: list[str] = field(default_factory=list)        # graph outputs in the order the model returns them
+
+    def bind(self, hint: str, value: Any, shape: tuple[int, ...], dtype: DType) -> Tensor:
+        """A new graph input named after `hint` (made unique), bound to `value`."""
+        base = identifier(hint)
+        name, count = base, 1
+        while name in self.graph.inputs:
+            name, count = f"{base}_{count}", count + 1
+        self.bound[name] = value
+        return self.graph.input(name, shape, dtype)
+
+    def argument(self, hint: str, shape: tuple[int, ...], dtype: DType) -> Tensor:
+        """A new graph input for one of the model's arguments."""
+        tensor = self.graph.input(identifier(hint), shape, dtype)
+        self.arguments.append(identifier(hint))
+        return tensor
+
+
+def identifier(name: str) -> str:
+    """`name` as a graph input or output name: word characters only, not starting with a digit."""
+    cleaned = re.sub(r"\W", "_", name)
+    return cleaned if re.match(r"[A-Za-z_]", cleaned) else f"t_{cleaned}"
+
+
+class ImportedProgram:
+    """A compiled model, called as the model is: its arguments in order (numpy arrays or torch tensors), its outputs
+    back in the same kind (one, or a tuple)."""
+
+    def __init__(self, imported: ImportedModel, program: Program):
+        self.imported, self.program = imported, program
+
+    @property
+    def graph(self) -> Graph:
+        return self.imported.graph
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.imported.arguments):
+            raise ModelImportError(f"this program takes {len(self.imported.arguments)} arguments, as the model was"
+                                   f" imported with ({', '.join(self.imported.arguments)}); got {len(args)}")
+        torch = _torch_if_used(args)
+        on_gpu = torch is not None and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+        inputs = {name: _as_input(value, self.imported.graph.inputs[name].dtype, on_gpu)
+                  for name, value in [*zip(self.imported.arguments, args), *self.imported.bound.items()]}
+        results = [self.program(**inputs)[name] for name in self.imported.outputs]
+        if torch is not None:
+            device = next(a.device for a in args if isinstance(a, torch.Tensor))
+            results = [r if isinstance(r, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(r)).to(device)
+                       for r in results]
+        return results[0] if len(results) == 1 else tuple(results)
+
+
+def _torch_if_used(args: tuple[Any, ...]) -> Any:
+    """The torch module where some argument is a torch tensor, else None (torch is not a dependency)."""
+    if not any(type(a).__module__.startswith("torch") for a in args):
+        return None
+    import torch
+    return torch
+
+
+def _as_input(value: Any, dtype: DType, on_gpu: bool) -> Any:
+    """A value as the program takes it: int64 as int32; torch tensors on the GPU where the call is, else numpy."""
+    if type(value).__module__.startswith("torch"):
+        if dtype == DType.INT32 and str(value.dtype) != "torch.int32":
+            value = value.int()
+        if on_gpu:
+            return value.detach().cuda().contiguous()
+        value = value.detach().cpu()
+        return (value.float() if str(value.dtype) == "torch.bfloat16" else value).numpy()
+    if on_gpu:
+        import torch
+        return _as_input(torch.as_tensor(np.asarray(value)), dtype, on_gpu)
+    array = np.asarray(value)
+    return array.astype(np.int32) if dtype == DType.INT32 and array.dtype != np.int32 else array
