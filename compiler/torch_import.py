@@ -19,7 +19,7 @@ from tensorsmith.ir import nn
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.errors import TensorsmithError, located
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.tensor import Tensor, constant, equal, iota, logical_and, logical_not, where
+from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
 from .imported import ImportedModel, ImportedProgram, ModelImportError, identifier
 from .pipeline import compile as ts_compile
@@ -233,21 +233,6 @@ def _slice(node: Any, x: Tensor, dim: int = 0, start: Any = None, end: Any = Non
     return x[tuple(index)]
 
 
-def _cat(node: Any, tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    """Concatenation as a sum of zero-padded parts (bools through int32): exact, and fusible."""
-    axis = dim % tensors[0].ndim
-    total, before, parts = sum(t.shape[axis] for t in tensors), 0, []
-    for t in tensors:
-        widths = [(0, 0)] * t.ndim
-        widths[axis] = (before, total - before - t.shape[axis])
-        parts.append((t.cast(DType.INT32) if t.dtype == DType.BOOL else t).pad(widths))
-        before += t.shape[axis]
-    out = parts[0]
-    for part in parts[1:]:
-        out = out + part
-    return out.cast(DType.BOOL) if tensors[0].dtype == DType.BOOL else out
-
-
 def _split(node: Any, x: Tensor, sizes: Sequence[int], dim: int = 0) -> list[Tensor]:
     axis, start, parts = dim % x.ndim, 0, []
     for size in sizes:
@@ -258,38 +243,8 @@ def _split(node: Any, x: Tensor, sizes: Sequence[int], dim: int = 0) -> list[Ten
     return parts
 
 
-def _power(node: Any, x: Tensor, exponent: Any) -> Tensor:
-    """x ** e for a constant e: products for small integers, sqrt and recip for halves and negatives, else
-    exp2(e * log2(x)) (then x must be positive)."""
-    e = float(exponent)
-    if e == 0.5:
-        return x.sqrt()
-    if e == -0.5:
-        return x.rsqrt()
-    if e.is_integer() and abs(e) <= 8:
-        out = constant(1.0, x.shape, x.dtype) if e == 0 else x
-        for _ in range(int(abs(e)) - 1):
-            out = out * x
-        return out.recip() if e < 0 else out
-    return (x.log2() * e).exp2()
-
-
-ERF_P = 0.3275911                                     # Abramowitz and Stegun 7.1.26: |error| < 1.5e-7
-ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-
-
-def erf(x: Tensor) -> Tensor:
-    """erf(x) = sign(x) (1 - t (a1 + t (a2 + ...)) e**-x**2), t = 1 / (1 + p |x|): within 1.5e-7 of erf."""
-    t = (1 + ERF_P * x.abs()).recip()
-    poly = constant(ERF_A[-1], x.shape, x.dtype)
-    for a in reversed(ERF_A[:-1]):
-        poly = poly * t + a
-    magnitude = 1 - poly * t * (-(x * x)).exp()
-    return where(x < 0, -magnitude, magnitude)
-
-
 def _gelu(node: Any, x: Tensor, approximate: str = "none") -> Tensor:
-    return nn.gelu(x) if approximate == "tanh" else 0.5 * x * (1 + erf(x * (1 / math.sqrt(2.0))))
+    return nn.gelu(x) if approximate == "tanh" else nn.gelu_exact(x)
 
 
 def _layer_norm(node: Any, x: Tensor, shape: Sequence[int], weight: Any = None, bias: Any = None,
@@ -300,14 +255,6 @@ def _layer_norm(node: Any, x: Tensor, shape: Sequence[int], weight: Any = None, 
     centered = x - mean
     rstd = ((centered * centered).mean(-1, keepdim=True) + eps).rsqrt()
     return nn.layer_norm(x, weight, bias, eps), mean, rstd
-
-
-def _embedding(node: Any, weight: Tensor, ids: Tensor, *_: Any) -> Tensor:
-    """weight[ids] as a one-hot product: (ids == arange(V)) @ weight, exact (one nonzero term per row)."""
-    vocab = weight.shape[0]
-    hot = equal(iota(tuple(ids.shape) + (vocab,), ids.ndim), ids.reshape(tuple(ids.shape) + (1,))
-                .expand(tuple(ids.shape) + (vocab,)))
-    return hot.cast(weight.dtype) @ weight
 
 
 def _where_lowering(node: Any, cond: Tensor, a: Any, b: Any) -> Tensor:
@@ -348,7 +295,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.transpose.int": lambda node, x, a, b: x.transpose(a, b),
     "aten.expand.default": _expand,
     "aten.slice.Tensor": _slice,
-    "aten.cat.default": _cat,
+    "aten.cat.default": lambda node, tensors, dim=0: nn.concat(tensors, dim),
     "aten.split_with_sizes.default": _split,
     "aten.split.Tensor": lambda node, x, size, dim=0: _split(node, x, [min(size, x.shape[dim] - s) for s in
                                                                      range(0, x.shape[dim], size)], dim),
@@ -362,17 +309,17 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.mul.Tensor": _binary(lambda a, b: a * b), "aten.mul.Scalar": _binary(lambda a, b: a * b),
     "aten.div.Tensor": _binary(lambda a, b: a / b), "aten.div.Scalar": _binary(lambda a, b: a / b),
     "aten.neg.default": lambda node, x: -x,
-    "aten.pow.Tensor_Scalar": _power,
+    "aten.pow.Tensor_Scalar": lambda node, x, exponent: nn.power(x, exponent),
     "aten.rsqrt.default": lambda node, x: x.rsqrt(), "aten.sqrt.default": lambda node, x: x.sqrt(),
     "aten.exp.default": lambda node, x: x.exp(), "aten.log.default": lambda node, x: x.log(),
     "aten.sin.default": lambda node, x: x.sin(), "aten.cos.default": lambda node, x: x.cos(),
     "aten.abs.default": lambda node, x: x.abs(), "aten.reciprocal.default": lambda node, x: x.recip(),
     "aten.tanh.default": lambda node, x: nn.tanh(x), "aten.sigmoid.default": lambda node, x: nn.sigmoid(x),
     "aten.silu.default": lambda node, x: nn.silu(x), "aten.relu.default": lambda node, x: nn.relu(x),
-    "aten.gelu.default": _gelu, "aten.erf.default": lambda node, x: erf(x),
+    "aten.gelu.default": _gelu, "aten.erf.default": lambda node, x: nn.erf(x),
     "aten.maximum.default": lambda node, a, b: nn.maximum(a, b),
-    "aten.minimum.default": lambda node, a, b: -nn.maximum(-a, -b),
-    "aten.clamp.default": lambda node, x, lo=None, hi=None: _clamp(x, lo, hi),
+    "aten.minimum.default": lambda node, a, b: nn.minimum(a, b),
+    "aten.clamp.default": lambda node, x, lo=None, hi=None: nn.clamp(x, _scalar(lo), _scalar(hi)),
     "aten.mean.dim": _reduced(lambda x, axis: x.mean(axis, keepdim=True)),
     "aten.sum.dim_IntList": _reduced(lambda x, axis: x.sum(axis, keepdim=True)),
     "aten.amax.default": _reduced(lambda x, axis: x.max(axis, keepdim=True)),
@@ -396,12 +343,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.gt.Tensor": _compare(lambda a, b: a > b), "aten.gt.Scalar": _compare(lambda a, b: a > b),
     "aten.le.Tensor": _compare(lambda a, b: a <= b), "aten.le.Scalar": _compare(lambda a, b: a <= b),
     "aten.ge.Tensor": _compare(lambda a, b: a >= b), "aten.ge.Scalar": _compare(lambda a, b: a >= b),
-    "aten.embedding.default": _embedding,
+    "aten.embedding.default": lambda node, weight, ids, *_: nn.embedding(weight, ids),
     "aten.full_like.default": _full_like,
 }
 IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten.sym_constrain_range.default"}
-
-
-def _clamp(x: Tensor, lo: Any, hi: Any) -> Tensor:
-    out = x if lo is None else nn.maximum(x, _scalar(lo))
-    return out if hi is None else -nn.maximum(-out, -_scalar(hi))

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import math
 
-from .errors import ShapeError, user_location
-from .tensor import Tensor, constant, iota, matmul, maximum, where
+from collections.abc import Sequence
 
-__all__ = ["relu", "sigmoid", "tanh", "gelu", "silu", "softmax", "log_softmax", "layer_norm", "rms_norm", "linear",
-           "causal_mask", "attention", "rope", "matmul", "maximum", "where", "constant", "iota"]
+from .dtypes import DType
+from .errors import ShapeError, user_location
+from .tensor import Tensor, constant, equal, iota, matmul, maximum, where
+
+__all__ = ["relu", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
+           "rms_norm", "linear", "causal_mask", "attention", "rope", "matmul", "maximum", "minimum", "clamp", "power",
+           "concat", "embedding", "where", "constant", "iota"]
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU
 GELU_CUBIC = 0.044715
@@ -105,3 +109,77 @@ def rope(x: Tensor, base: float = 10000.0) -> Tensor:
     first = (x1 * cos - x2 * sin).pad(lead + [(0, half)])
     second = (x2 * cos + x1 * sin).pad(lead + [(half, 0)])
     return (first + second).cast(x.dtype)
+
+
+ERF_P = 0.3275911                                     # Abramowitz and Stegun 7.1.26: |error| < 1.5e-7
+ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def erf(x: Tensor) -> Tensor:
+    """erf(x) = sign(x) (1 - t (a1 + t (a2 + ...)) e**-x**2), t = 1 / (1 + p |x|): within 1.5e-7 of erf
+    (Abramowitz and Stegun 7.1.26)."""
+    t = (1 + ERF_P * x.abs()).recip()
+    poly = constant(ERF_A[-1], x.shape, x.dtype)
+    for a in reversed(ERF_A[:-1]):
+        poly = poly * t + a
+    magnitude = 1 - poly * t * (-(x * x)).exp()
+    return where(x < 0, -magnitude, magnitude)
+
+
+def gelu_exact(x: Tensor) -> Tensor:
+    """GELU as PyTorch's default computes it: x/2 * (1 + erf(x / sqrt(2)))."""
+    return 0.5 * x * (1 + erf(x * (1 / math.sqrt(2.0))))
+
+
+def minimum(a: Tensor | float, b: Tensor | float) -> Tensor:
+    """Elementwise min, as -max(-a, -b)."""
+    return -maximum(-a, -b)   # type: ignore[operator]
+
+
+def clamp(x: Tensor, lo: float | None = None, hi: float | None = None) -> Tensor:
+    """x limited to [lo, hi] (either bound may be left out)."""
+    out = x if lo is None else maximum(x, lo)
+    return out if hi is None else minimum(out, hi)
+
+
+def power(x: Tensor, exponent: float) -> Tensor:
+    """x ** exponent for a constant exponent: products for integers up to 8 (then any x), sqrt and rsqrt for +-1/2,
+    else exp2(exponent * log2(x)), which needs x > 0."""
+    e = float(exponent)
+    if e == 0.5:
+        return x.sqrt()
+    if e == -0.5:
+        return x.rsqrt()
+    if e.is_integer() and abs(e) <= 8:
+        out = constant(1.0, x.shape, x.dtype) if e == 0 else x
+        for _ in range(int(abs(e)) - 1):
+            out = out * x
+        return out.recip() if e < 0 else out
+    return (x.log2() * e).exp2()
+
+
+def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """The tensors joined along `axis`, as a sum of zero-padded parts (bools through int32): exact, and fusible."""
+    if not tensors:
+        raise ShapeError(f"concat: no tensors to join at {user_location()}")
+    axis = axis % tensors[0].ndim
+    total, before, parts = sum(t.shape[axis] for t in tensors), 0, []
+    for t in tensors:
+        widths = [(0, 0)] * t.ndim
+        widths[axis] = (before, total - before - t.shape[axis])
+        parts.append((t.cast(DType.INT32) if t.dtype == DType.BOOL else t).pad(widths))
+        before += t.shape[axis]
+    out = parts[0]
+    for part in parts[1:]:
+        out = out + part
+    return out.cast(DType.BOOL) if tensors[0].dtype == DType.BOOL else out
+
+
+def embedding(weight: Tensor, ids: Tensor) -> Tensor:
+    """weight[ids] (rows of a (V, ...) table) as a one-hot product, (ids == arange(V)) @ weight: exact, one nonzero
+    term per row; an id outside [0, V) gives zeros."""
+    vocab, row = weight.shape[0], weight.shape[1:]
+    hot = equal(iota(tuple(ids.shape) + (vocab,), ids.ndim),
+                ids.reshape(tuple(ids.shape) + (1,)).expand(tuple(ids.shape) + (vocab,)))
+    flat = weight.reshape(vocab, int(math.prod(row))) if len(row) != 1 else weight
+    return (hot.cast(weight.dtype) @ flat).reshape(tuple(ids.shape) + tuple(row))

@@ -1,0 +1,52 @@
+"""The compositions models need (issue 20): erf and exact GELU, minimum and clamp, power, concatenation, embedding
+lookup, each against its independent numpy (or math) value in the float64 reference interpreter."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tensorsmith as ts
+from tensorsmith import nn
+
+RNG = np.random.default_rng(0)
+
+
+def _run(build, **arrays: np.ndarray) -> np.ndarray:
+    g = ts.Graph("composition")
+    inputs = {name: g.input(name, a.shape, "int32" if a.dtype.kind == "i" else "float32") for name, a in arrays.items()}
+    g.output("y", build(**inputs))
+    return ts.evaluate(g, arrays)["y"]
+
+
+def test_erf_is_within_its_approximation_bound_of_math_erf() -> None:
+    x = np.linspace(-6, 6, 2001).astype(np.float32)
+    expected = np.array([math.erf(float(v)) for v in x])
+    assert np.abs(_run(nn.erf, x=x) - expected).max() < 1.5e-7
+    gelu = np.array([0.5 * float(v) * (1 + math.erf(float(v) / math.sqrt(2))) for v in x])
+    assert np.abs(_run(nn.gelu_exact, x=x) - gelu).max() < 1e-6
+
+
+@pytest.mark.parametrize("exponent", [2, 3, -1, 0, 0.5, -0.5, 1.7])
+def test_power_with_a_constant_exponent(exponent: float) -> None:
+    x = RNG.uniform(0.5, 2.0, (4, 5)).astype(np.float32)
+    assert np.allclose(_run(lambda x: nn.power(x, exponent), x=x), x.astype(np.float64) ** exponent, rtol=1e-12)
+
+
+def test_minimum_and_clamp() -> None:
+    a, b = RNG.standard_normal((3, 4)).astype(np.float32), RNG.standard_normal((3, 4)).astype(np.float32)
+    assert np.array_equal(_run(nn.minimum, a=a, b=b), np.minimum(a, b))
+    assert np.array_equal(_run(lambda a: nn.clamp(a, -0.3, 0.4), a=a), np.clip(a.astype(np.float64), -0.3, 0.4))
+
+
+def test_concat_along_any_axis_equals_numpys() -> None:
+    a, b, c = (RNG.standard_normal((2, n, 3)).astype(np.float32) for n in (1, 4, 2))
+    assert np.array_equal(_run(lambda a, b, c: nn.concat([a, b, c], axis=1), a=a, b=b, c=c),
+                          np.concatenate([a, b, c], axis=1))
+
+
+def test_embedding_reads_the_rows_the_ids_name() -> None:
+    table = RNG.standard_normal((11, 6)).astype(np.float32)
+    ids = RNG.integers(0, 11, (3, 4)).astype(np.int32)
+    assert np.array_equal(_run(nn.embedding, weight=table, ids=ids), table[ids])
