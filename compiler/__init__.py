@@ -10,8 +10,11 @@ from tensorsmith.ir import (CompileError, DeviceError, DType, DTypeError, Graph,
 from .pipeline import VERSION as __version__
 from .pipeline import compile
 from .program import Program, load
+from .imported import ModelImportError
+from .onnx_import import OnnxImportError, from_onnx, import_onnx
 from .torch_import import TorchImportError, from_torch, import_torch
 
 __all__ = ["CompileError", "DeviceError", "DType", "DTypeError", "Graph", "GraphError", "InputError", "OutputError",
            "ShapeError", "TargetError", "Tensor", "TensorsmithError", "constant", "evaluate", "iota", "nn", "compile",
-           "Program", "load", "from_torch", "import_torch", "TorchImportError", "__version__"]
+           "Program", "load", "from_torch", "import_torch", "TorchImportError", "from_onnx", "import_onnx", "OnnxImportError",
+           "ModelImportError", "__version__"]

@@ -21,7 +21,8 @@ FAILURE = 1        # tensorsmith itself failed: a compile error, a wrong kernel,
 
 
 def _compile_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="a model.py defining a tensorsmith Graph (module level, or build() returning one)")
+    parser.add_argument("model", help="a model.py defining a tensorsmith Graph (module level, or build() returning one),"
+                                      " or an ONNX model (model.onnx: its initializers become inputs named after them)")
     parser.add_argument("--target", default="sm90", help=f"GPU to compile for: {', '.join(TARGETS)} (default sm90)")
     parser.add_argument("-o", "--output", default="out",
                         help="folder to write kernels/ and program.json to (default out/); an existing folder is"
@@ -29,6 +30,8 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="let -o replace an existing folder tensorsmith did not write")
     parser.add_argument("--graph", help="which graph to compile when model.py defines several")
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=D,D,...",
+                        help="the shape of an ONNX model's input that the file leaves dynamic (repeatable)")
     parser.add_argument("--budget", type=_positive_seconds, default=60.0, metavar="SECONDS",
                         help="seconds the whole compile may take (default 60; a positive number). It can overrun by"
                              " the winner's verification, which is never left out: one random test at full size (about"
@@ -126,6 +129,20 @@ def _is_internal(err: TensorsmithError) -> bool:
     return isinstance(err, (CompileError, DeviceError, VerificationError))
 
 
+def _shapes(given: list[str]) -> dict[str, tuple[int, ...]]:
+    """--shape NAME=D,D,... options as {NAME: shape}; a malformed one is the user's mistake, said in one line."""
+    shapes = {}
+    for option in given:
+        name, _, dims = option.partition("=")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            raise InputError(f"--shape {option!r}: expected NAME=D,D,... with whole numbers, e.g. ids=1,16") from None
+        if not name or any(d < 0 for d in shapes[name]):
+            raise InputError(f"--shape {option!r}: expected NAME=D,D,... with whole numbers, e.g. ids=1,16")
+    return shapes
+
+
 def run_compile(args: argparse.Namespace) -> int:
     from tensorsmith.codegen.runtime import gpu_available
     from tensorsmith.ir.targets import get_target
@@ -134,7 +151,7 @@ def run_compile(args: argparse.Namespace) -> int:
     from .pipeline import STAGES, compile
     get_target(args.target)                # an unknown target fails before any work
     output = _output_for(args.output, args.model, args.force)   # and so does an -o that would destroy something
-    graph = load_graph(args.model, args.graph)
+    graph = load_graph(args.model, args.graph, _shapes(args.shape))
     progress = Progress(len(STAGES), quiet=args.quiet)
     if not args.quiet and not args.no_profile and not gpu_available():
         print("note: no GPU found: kernels are ranked by the cost model and compiled to cubin, not timed",

@@ -1,21 +1,31 @@
-"""Loads a Graph from a user's model.py: a module-level Graph, or a function build() returning one."""
+"""Loads a Graph from a user's model file: a model.py (a module-level Graph, or a function build() returning one) or
+an ONNX model (model.onnx, through onnx_import)."""
 from __future__ import annotations
 
 import importlib.util
 import sys
 import traceback
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
+
+from .onnx_import import import_onnx
 
 
 class ModelError(TensorsmithError):
     """A model file is missing, raises, or does not define exactly the graph asked for."""
 
 
-def load_graph(path: str | Path, name: str | None = None) -> Graph:
-    """The graph defined by the model file at `path`; `name` picks one where it defines several."""
+def load_graph(path: str | Path, name: str | None = None,
+               shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """The graph defined by the model file at `path`; `name` picks one where it defines several; `shapes` gives an
+    ONNX model's dynamic input shapes. An ONNX model's initializers are inputs of the graph, named after them."""
+    if Path(path).suffix == ".onnx":
+        if not Path(path).is_file():
+            raise ModelError(f"model file {path} not found")
+        return import_onnx(path, shapes).graph
     graphs = _graphs_in(_run_module(Path(path)))
     if not graphs:
         raise ModelError(f"{path} defines no graph: add a module-level ts.Graph or a function build() returning one")

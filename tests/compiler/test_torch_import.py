@@ -145,7 +145,7 @@ def test_a_small_hugging_face_model_matches_eager(family: str) -> None:
         config = transformers.GPT2Config(n_embd=128, n_layer=2, n_head=4, vocab_size=1000, n_positions=64,
                                          bos_token_id=0, eos_token_id=0)
         model = transformers.GPT2LMHeadModel(config)
-    module = Logits(model.eval())
+    module = Logits(model).eval()
     program = from_torch(module, (torch.randint(0, 1000, (1, 16)),), profile=False, **QUICK)
     ids = torch.randint(0, 1000, (1, 16))
     with torch.no_grad():

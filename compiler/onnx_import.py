@@ -1,0 +1,387 @@
+"""from_onnx: an ONNX model (a file or a ModelProto) as a tensorsmith Graph, with the onnx package.
+
+Each ONNX node is lowered by `LOWERINGS` (an op type -> a function of its inputs and attributes, written with the
+Tensor API and `nn`), for the opsets that torch.onnx writes for transformer models (17 to 23). Initializers become
+graph inputs bound to their arrays (one repeated value becomes a constant); nodes whose inputs are all known at import
+(shapes, `Constant`, `Range`, shape arithmetic) are evaluated by onnx's reference implementation then. Inputs must
+have static shapes (or be given them). An op with no lowering is reported once, by type and node name, with all others.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tensorsmith.ir import nn
+from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
+
+from .imported import ImportedModel, ImportedProgram, ModelImportError, identifier
+from .pipeline import compile as ts_compile
+
+
+class OnnxImportError(ModelImportError):
+    """An ONNX model that cannot be read, has dynamic shapes not given, or holds ops tensorsmith cannot lower."""
+
+
+DTYPES = {1: DType.FLOAT32, 10: DType.FLOAT16, 16: DType.BFLOAT16, 6: DType.INT32, 7: DType.INT32, 9: DType.BOOL}
+# ONNX elem types: 1 float, 10 float16, 16 bfloat16, 6 int32, 7 int64 (held as int32), 9 bool
+NUMPY_DTYPES = {np.dtype(np.float32): DType.FLOAT32, np.dtype(np.float16): DType.FLOAT16,
+                np.dtype(np.int32): DType.INT32, np.dtype(np.int64): DType.INT32, np.dtype(np.bool_): DType.BOOL}
+
+
+def from_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None, **compile_options: Any) -> ImportedProgram:
+    """`model` (a path or an onnx.ModelProto) imported and compiled (`compile_options` as ts.compile takes them)."""
+    imported = import_onnx(model, shapes)
+    return ImportedProgram(imported, ts_compile(imported.graph, **compile_options))
+
+
+def import_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None,
+                name: str | None = None) -> ImportedModel:
+    """The tensorsmith graph of an ONNX model; `shapes` gives inputs whose shapes the file leaves dynamic."""
+    try:
+        import onnx
+        from onnx import numpy_helper
+    except ImportError:
+        raise OnnxImportError("reading ONNX models needs the onnx package: pip install onnx") from None
+    proto = _load(onnx, model)
+    stem = Path(model).stem if isinstance(model, (str, Path)) else proto.graph.name or "onnx_model"
+    imported = ImportedModel(Graph(identifier(name or stem)))
+    values: dict[str, Any] = {init.name: numpy_helper.to_array(init) for init in proto.graph.initializer}
+    for value_info in proto.graph.input:
+        if value_info.name not in values:
+            values[value_info.name] = _argument(imported, value_info, shapes or {})
+    known = _Known(imported, {id(values[init.name]): init.name for init in proto.graph.initializer})
+    unsupported: dict[str, str] = {}
+    for node in proto.graph.node:
+        outputs = _node_values(node, values, known, unsupported)
+        values.update(zip(node.output, outputs))
+    if unsupported:
+        listed = "; ".join(f"{op} (node {where})" for op, where in unsupported.items())
+        raise OnnxImportError(f"the ONNX model uses ops tensorsmith cannot lower yet: {listed}")
+    for position, output in enumerate(proto.graph.output):
+        out = identifier(output.name) if len(proto.graph.output) > 1 else "y"
+        imported.graph.output(out, known.tensor(values[output.name], f"output {output.name}"))
+        imported.outputs.append(out)
+    return imported
+
+
+def _load(onnx: Any, model: Any) -> Any:
+    if isinstance(model, (str, Path)):
+        try:
+            return onnx.load(str(model))
+        except Exception as err:   # a missing file, or protobuf's error on one that is not ONNX
+            raise OnnxImportError(f"cannot read ONNX model {str(model)!r}: {err}") from None
+    if not isinstance(model, onnx.ModelProto):
+        raise OnnxImportError(f"from_onnx takes a path or an onnx.ModelProto, not {type(model).__name__}")
+    return model
+
+
+def _argument(imported: ImportedModel, value_info: Any, shapes: Mapping[str, Sequence[int]]) -> Tensor:
+    tensor_type = value_info.type.tensor_type
+    dtype = DTYPES.get(tensor_type.elem_type)
+    if dtype is None:
+        raise OnnxImportError(f"input {value_info.name!r} has ONNX element type {tensor_type.elem_type}, which"
+                              f" tensorsmith does not hold")
+    if value_info.name in shapes:
+        shape = tuple(int(d) for d in shapes[value_info.name])
+    else:
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+        if None in dims:
+            raise OnnxImportError(f"input {value_info.name!r} has a dynamic shape; give it, e.g. shapes="
+                                  f"{{{value_info.name!r}: (1, 16)}} (compile --shape {value_info.name}=1,16)")
+        shape = tuple(dims)   # type: ignore[arg-type]
+    return imported.argument(value_info.name, shape, dtype)
+
+
+def _node_values(node: Any, values: dict[str, Any], known: _Known, unsupported: dict[str, str]) -> list[Any]:
+    """The node's outputs: evaluated at import where every input is known, else lowered."""
+    import onnx
+    inputs = [values.get(name) if name else None for name in node.input]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if any(v is UNLOWERED for v in inputs):
+        return [UNLOWERED] * len(node.output)
+    if node.op_type == "Shape":     # static shapes: known at import even for a computed tensor
+        shape = np.array(inputs[0].shape, dtype=np.int64)
+        return [shape[attrs.get("start", 0):attrs.get("end", None)]]
+    if not any(isinstance(v, Tensor) for v in inputs):
+        return _folded(node, inputs)
+    lowering = LOWERINGS.get(node.op_type)
+    if lowering is None:
+        unsupported.setdefault(node.op_type, node.name or node.output[0])
+        return [UNLOWERED] * len(node.output)
+    context = _Context(known, node)
+    result = lowering(context, inputs, attrs)
+    return list(result) if isinstance(result, (list, tuple)) else [result]
+
+
+UNLOWERED = object()   # the value of a node whose op (or an input's) has no lowering
+
+
+def _folded(node: Any, inputs: list[Any]) -> list[Any]:
+    """The node evaluated by onnx's reference implementation, on inputs all known at import."""
+    from onnx.reference import ReferenceEvaluator
+    feeds = {name: value for name, value in zip(node.input, inputs) if name}
+    try:
+        return list(ReferenceEvaluator(node).run(None, feeds))
+    except Exception as err:   # the reference implementation raises many kinds
+        raise OnnxImportError(f"cannot evaluate {node.op_type} node {node.name or node.output[0]!r} at import:"
+                              f" {err}") from None
+
+
+class _Known:
+    """Arrays known at import (initializers, folded values) as tensors: each array one constant or one bound input,
+    an initializer's named after it."""
+
+    def __init__(self, imported: ImportedModel, names: dict[int, str]):
+        self.imported, self.names = imported, names
+        self.tensors: dict[int, tuple[Any, Tensor]] = {}   # id(array) -> (the array, kept alive; its tensor)
+
+    def tensor(self, value: Any, what: str) -> Tensor:
+        """A lowered value as it is; a known array as a constant where it holds one finite value, else bound."""
+        if isinstance(value, Tensor):
+            return value
+        if id(value) in self.tensors:
+            return self.tensors[id(value)][1]
+        array = np.asarray(value)
+        dtype = NUMPY_DTYPES.get(array.dtype)
+        if dtype is None:
+            raise OnnxImportError(f"{what}: an array of dtype {array.dtype}, which tensorsmith does not hold")
+        flat = array.reshape(-1)
+        if flat.size and (flat == flat[0]).all() and (not dtype.is_float or math.isfinite(float(flat[0]))):
+            tensor = constant(flat[0].item(), array.shape, dtype)
+        else:
+            held = array.astype(np.int32) if array.dtype == np.int64 else array
+            tensor = self.imported.bind(self.names.get(id(value), "folded"), held, array.shape, dtype)
+        self.tensors[id(value)] = (value, tensor)
+        return tensor
+
+
+class _Context:
+    """What a lowering needs besides its inputs: the node (for messages) and the known arrays as tensors."""
+
+    def __init__(self, known: _Known, node: Any):
+        self.known, self.node = known, node
+
+    def tensor(self, value: Any) -> Tensor:
+        return self.known.tensor(value, f"{self.node.op_type} node {self.node.name or self.node.output[0]!r}")
+
+
+def _ints(value: Any) -> list[int]:
+    return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def _known(context: _Context, value: Any, what: str) -> np.ndarray:
+    if isinstance(value, Tensor):
+        raise OnnxImportError(f"{context.node.op_type} node {context.node.name!r}: its {what} must be known at import"
+                              f" (a constant or a shape), not computed")
+    return np.asarray(value)
+
+
+# -- the lowerings: (context, inputs, attributes) -> output(s) --------------------------------------------------------
+
+def _elementwise(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    def lower(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+        return fn(*[context.tensor(v) for v in inputs])
+    return lower
+
+
+def _reshape(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    x = context.tensor(inputs[0])
+    target = _ints(_known(context, inputs[1], "shape"))
+    if not attrs.get("allowzero", 0):
+        target = [x.shape[i] if d == 0 else d for i, d in enumerate(target)]
+    if -1 in target:
+        known = math.prod(d for d in target if d != -1)
+        target[target.index(-1)] = math.prod(x.shape) // known if known else 0
+    return x.reshape(tuple(target))
+
+
+def _axes_input(context: _Context, inputs: list[Any], attrs: dict, rank: int) -> list[int] | None:
+    axes = attrs.get("axes")
+    if axes is None and len(inputs) > 1 and inputs[1] is not None:
+        axes = _ints(_known(context, inputs[1], "axes"))
+    return None if axes is None else [a % rank for a in axes]
+
+
+def _unsqueeze(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    x = context.tensor(inputs[0])
+    axes = attrs.get("axes") or _ints(_known(context, inputs[1], "axes"))
+    shape = list(x.shape)
+    for axis in sorted(a % (x.ndim + len(axes)) for a in axes):
+        shape.insert(axis, 1)
+    return x.reshape(tuple(shape))
+
+
+def _squeeze(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    x = context.tensor(inputs[0])
+    axes = _axes_input(context, inputs, attrs, x.ndim)
+    axes = [i for i, d in enumerate(x.shape) if d == 1] if axes is None else axes
+    return x.reshape(tuple(d for i, d in enumerate(x.shape) if i not in axes))
+
+
+def _expand(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    x = context.tensor(inputs[0])
+    shape = _ints(_known(context, inputs[1], "shape"))
+    rank = max(len(shape), x.ndim)
+    padded_x = (1,) * (rank - x.ndim) + tuple(x.shape)
+    padded_s = [1] * (rank - len(shape)) + shape
+    target = tuple(max(a, b) if 1 in (a, b) else a for a, b in zip(padded_x, padded_s))
+    return x.reshape(padded_x).expand(target)
+
+
+def _slice(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    x = context.tensor(inputs[0])
+    starts, ends = _ints(_known(context, inputs[1], "starts")), _ints(_known(context, inputs[2], "ends"))
+    axes = _ints(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else list(range(len(starts)))
+    steps = _ints(inputs[4]) if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
+    if any(s != 1 for s in steps):
+        raise OnnxImportError(f"Slice node {context.node.name!r}: only step 1 is supported, got steps {steps}")
+    index = [slice(None)] * x.ndim
+    for start, end, axis in zip(starts, ends, axes):
+        size = x.shape[axis % x.ndim]
+        index[axis % x.ndim] = slice(max(-size, min(start, size)), max(-size - 1, min(end, size)))
+    return x[tuple(index)]
+
+
+def _split(context: _Context, inputs: list[Any], attrs: dict) -> list[Tensor]:
+    x = context.tensor(inputs[0])
+    axis = attrs.get("axis", 0) % x.ndim
+    if len(inputs) > 1 and inputs[1] is not None:
+        sizes = _ints(_known(context, inputs[1], "split"))
+    else:
+        parts = attrs.get("num_outputs", len(context.node.output))
+        step = -(-x.shape[axis] // parts)
+        sizes = [min(step, x.shape[axis] - s) for s in range(0, x.shape[axis], step)]
+    out, start = [], 0
+    for size in sizes:
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(start, start + size)
+        out.append(x[tuple(index)])
+        start += size
+    return out
+
+
+def _gather(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    data, indices = inputs
+    axis = attrs.get("axis", 0)
+    if isinstance(indices, Tensor):
+        if axis != 0:
+            raise OnnxImportError(f"Gather node {context.node.name!r}: computed indices along axis {axis}; only"
+                                  f" axis 0 (an embedding lookup) is supported")
+        return nn.embedding(context.tensor(data), indices)
+    x, picked = context.tensor(data), np.asarray(indices)
+    axis %= x.ndim
+    rows = []
+    for i in picked.reshape(-1):
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(int(i) % x.shape[axis], int(i) % x.shape[axis] + 1)
+        rows.append(x[tuple(index)])
+    joined = nn.concat(rows, axis) if len(rows) > 1 else rows[0]
+    return joined.reshape(tuple(x.shape[:axis]) + picked.shape + tuple(x.shape[axis + 1:]))
+
+
+def _reduce(reduce: Callable[[Tensor, int], Tensor]) -> Callable[..., Tensor]:
+    def lower(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+        x = context.tensor(inputs[0])
+        axes = _axes_input(context, inputs, attrs, x.ndim)
+        if axes is None:
+            axes = [] if attrs.get("noop_with_empty_axes", 0) else list(range(x.ndim))
+        out = x
+        for axis in sorted(axes, reverse=True):
+            out = reduce(out, axis)
+        if not attrs.get("keepdims", 1):
+            out = out.reshape(tuple(d for i, d in enumerate(x.shape) if i not in axes))
+        return out
+    return lower
+
+
+def _gemm(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    a, b = context.tensor(inputs[0]), context.tensor(inputs[1])
+    a = a.transpose(0, 1) if attrs.get("transA", 0) else a
+    b = b.transpose(0, 1) if attrs.get("transB", 0) else b
+    out = a @ b
+    out = out * attrs["alpha"] if attrs.get("alpha", 1.0) != 1.0 else out
+    if len(inputs) > 2 and inputs[2] is not None:
+        c = context.tensor(inputs[2])
+        out = out + (c * attrs["beta"] if attrs.get("beta", 1.0) != 1.0 else c)
+    return out
+
+
+def _layer_norm(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    x = context.tensor(inputs[0])
+    if attrs.get("axis", -1) % x.ndim != x.ndim - 1:
+        raise OnnxImportError(f"LayerNormalization node {context.node.name!r}: only the last axis is supported")
+    weight = context.tensor(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else None
+    bias = context.tensor(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+    return nn.layer_norm(x, weight, bias, attrs.get("epsilon", 1e-5))
+
+
+def _rms_norm(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    x = context.tensor(inputs[0])
+    weight = context.tensor(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else None
+    return nn.rms_norm(x, weight, attrs.get("epsilon", 1e-5))
+
+
+def _pow(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    exponent = _known(context, inputs[1], "exponent").reshape(-1)
+    if exponent.size != 1:
+        raise OnnxImportError(f"Pow node {context.node.name!r}: the exponent must be one constant")
+    return nn.power(context.tensor(inputs[0]), float(exponent[0]))
+
+
+def _cast(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    dtype = DTYPES.get(attrs["to"])
+    if dtype is None:
+        raise OnnxImportError(f"Cast node {context.node.name!r}: to ONNX element type {attrs['to']}, which"
+                              f" tensorsmith does not hold")
+    return context.tensor(inputs[0]).cast(dtype)
+
+
+def _where(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    return where(context.tensor(inputs[0]), context.tensor(inputs[1]), context.tensor(inputs[2]))
+
+
+LOWERINGS: dict[str, Callable[..., Any]] = {
+    "Identity": _elementwise(lambda x: x),
+    "Add": _elementwise(lambda a, b: a + b), "Sub": _elementwise(lambda a, b: a - b),
+    "Mul": _elementwise(lambda a, b: a * b), "Div": _elementwise(lambda a, b: a / b),
+    "Neg": _elementwise(lambda x: -x), "Abs": _elementwise(lambda x: x.abs()),
+    "Sqrt": _elementwise(lambda x: x.sqrt()), "Reciprocal": _elementwise(lambda x: x.recip()),
+    "Exp": _elementwise(lambda x: x.exp()), "Log": _elementwise(lambda x: x.log()),
+    "Sin": _elementwise(lambda x: x.sin()), "Cos": _elementwise(lambda x: x.cos()),
+    "Tanh": _elementwise(nn.tanh), "Sigmoid": _elementwise(nn.sigmoid), "Relu": _elementwise(nn.relu),
+    "Erf": _elementwise(nn.erf),
+    "Gelu": lambda context, inputs, attrs: (nn.gelu if attrs.get("approximate", "none") == "tanh"
+                                            else nn.gelu_exact)(context.tensor(inputs[0])),
+    "Max": _elementwise(lambda *xs: _fold(nn.maximum, xs)), "Min": _elementwise(lambda *xs: _fold(nn.minimum, xs)),
+    "Pow": _pow,
+    "MatMul": _elementwise(lambda a, b: a @ b), "Gemm": _gemm,
+    "Softmax": lambda context, inputs, attrs: nn.softmax(context.tensor(inputs[0]), attrs.get("axis", -1)),
+    "LogSoftmax": lambda context, inputs, attrs: nn.log_softmax(context.tensor(inputs[0]), attrs.get("axis", -1)),
+    "LayerNormalization": _layer_norm, "RMSNormalization": _rms_norm,
+    "ReduceMean": _reduce(lambda x, axis: x.mean(axis, keepdim=True)),
+    "ReduceSum": _reduce(lambda x, axis: x.sum(axis, keepdim=True)),
+    "ReduceMax": _reduce(lambda x, axis: x.max(axis, keepdim=True)),
+    "Reshape": _reshape, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Expand": _expand,
+    "Transpose": lambda context, inputs, attrs: context.tensor(inputs[0]).permute(
+        *(attrs.get("perm") or list(reversed(range(context.tensor(inputs[0]).ndim))))),
+    "Slice": _slice, "Split": _split, "Gather": _gather,
+    "Concat": lambda context, inputs, attrs: nn.concat([context.tensor(v) for v in inputs], attrs["axis"]),
+    "Cast": _cast, "Where": _where,
+    "IsNaN": _elementwise(lambda x: logical_not(equal(x, x))),
+    "Equal": _elementwise(equal), "Less": _elementwise(lambda a, b: a < b), "Greater": _elementwise(lambda a, b: a > b),
+    "LessOrEqual": _elementwise(lambda a, b: a <= b), "GreaterOrEqual": _elementwise(lambda a, b: a >= b),
+    "Not": _elementwise(logical_not), "And": _elementwise(logical_and),
+}
+
+
+def _fold(fn: Callable[[Tensor, Tensor], Tensor], xs: Sequence[Tensor]) -> Tensor:
+    out = xs[0]
+    for x in xs[1:]:
+        out = fn(out, x)
+    return out

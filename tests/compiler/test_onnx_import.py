@@ -1,0 +1,148 @@
+"""from_onnx: ONNX models (built here with onnx.helper, and exported by torch.onnx where PyTorch is installed) lowered,
+compiled and matched against onnx's own reference implementation on the same inputs."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the onnx package is not installed: from_onnx needs it")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from tensorsmith.onnx_import import OnnxImportError, from_onnx, import_onnx  # noqa: E402
+
+QUICK = {"budget_s": 3.0, "profile": False, "cache": False, "progress": False}
+RNG = np.random.default_rng(0)
+
+
+def _model(nodes: list, inputs: list, outputs: list, initializers: dict[str, np.ndarray], opset: int = 20):
+    graph = helper.make_graph(nodes, "model", inputs, outputs,
+                              [numpy_helper.from_array(a, name) for name, a in initializers.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b))
+
+
+def _mlp():
+    """LayerNorm, a Gemm with bias, exact GELU, a MatMul, a Softmax: a transformer's MLP head."""
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["h"], axis=-1, epsilon=1e-5),
+             helper.make_node("Gemm", ["h", "w1", "b1"], ["u"], transB=1),
+             helper.make_node("Gelu", ["u"], ["a"]),
+             helper.make_node("MatMul", ["a", "w2"], ["z"]),
+             helper.make_node("Softmax", ["z"], ["y"], axis=-1)]
+    weights = {"g": RNG.standard_normal(32).astype(np.float32), "b": RNG.standard_normal(32).astype(np.float32),
+               "w1": (RNG.standard_normal((64, 32)) / 6).astype(np.float32),
+               "b1": RNG.standard_normal(64).astype(np.float32),
+               "w2": (RNG.standard_normal((64, 16)) / 8).astype(np.float32)}
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 16])], weights)
+
+
+def test_an_onnx_mlp_compiles_and_matches_the_onnx_reference() -> None:
+    model = _mlp()
+    program = from_onnx(model, **QUICK)
+    assert program.imported.arguments == ["x"] and set(program.imported.bound) >= {"w1", "w2", "g", "b", "b1"}
+    x = RNG.standard_normal((8, 32)).astype(np.float32)
+    assert _relative(program(x), ReferenceEvaluator(model).run(None, {"x": x})[0]) < 1e-5
+
+
+def _attention_pieces():
+    """Token ids through an embedding (Gather), heads made by Reshape and Transpose, a fused QKV Split, a Concat,
+    Unsqueeze, a Slice, Where on a comparison, and a Reshape whose shape comes from Shape at run time."""
+    vocab, width = 50, 16
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+             helper.make_node("MatMul", ["e", "wqkv"], ["qkv"]),
+             helper.make_node("Split", ["qkv", "sizes"], ["q", "k", "v"], axis=-1),
+             helper.make_node("Reshape", ["q", "heads"], ["qh"]),
+             helper.make_node("Transpose", ["qh"], ["qt"], perm=[0, 2, 1, 3]),
+             helper.make_node("Shape", ["e"], ["shape"]),
+             helper.make_node("Reshape", ["qt", "shape"], ["qflat"]),
+             helper.make_node("Concat", ["qflat", "k"], ["joined"], axis=-1),
+             helper.make_node("Slice", ["joined", "starts", "ends", "axes"], ["part"]),
+             helper.make_node("Less", ["part", "zero"], ["negative"]),
+             helper.make_node("Where", ["negative", "v", "part"], ["picked"]),
+             helper.make_node("Unsqueeze", ["picked", "axis0"], ["out"])]
+    known = {"table": RNG.standard_normal((vocab, width)).astype(np.float32),
+             "wqkv": (RNG.standard_normal((width, 3 * width)) / 4).astype(np.float32),
+             "sizes": np.array([width] * 3, np.int64), "heads": np.array([2, 5, 4, 4], np.int64),
+             "starts": np.array([3], np.int64), "ends": np.array([19], np.int64), "axes": np.array([-1], np.int64),
+             "zero": np.array(0.0, np.float32), "axis0": np.array([0], np.int64)}
+    return _model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
+                  [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], known)
+
+
+def test_views_splits_gathers_and_shapes_known_at_import() -> None:
+    model = _attention_pieces()
+    program = from_onnx(model, **QUICK)
+    ids = RNG.integers(0, 50, (2, 5)).astype(np.int64)
+    expected = ReferenceEvaluator(model).run(None, {"ids": ids})[0]
+    assert program(ids).shape == expected.shape == (1, 2, 5, 16) and _relative(program(ids), expected) < 1e-6
+
+
+def test_an_op_with_no_lowering_is_reported_by_type_and_node() -> None:
+    nodes = [helper.make_node("CumSum", ["x", "axis"], ["c"], name="running_total"),
+             helper.make_node("TopK", ["c", "k"], ["y", "i"], name="best")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                   {"axis": np.array(1, np.int64), "k": np.array([2], np.int64)})
+    with pytest.raises(OnnxImportError, match=r"CumSum \(node running_total\)"):
+        import_onnx(model)
+
+
+def test_a_dynamic_input_needs_its_shape_given() -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], {})
+    with pytest.raises(OnnxImportError, match="dynamic shape.*--shape x="):
+        import_onnx(model)
+    assert import_onnx(model, shapes={"x": (3, 8)}).graph.inputs["x"].shape == (3, 8)
+
+
+def test_compile_takes_an_onnx_file_and_refuses_a_broken_one(tmp_path: Path) -> None:
+    model_path = tmp_path / "mlp.onnx"
+    onnx.save(_mlp(), str(model_path))
+    done = subprocess.run([sys.executable, "-m", "tensorsmith.cli", "compile", str(model_path), "-o",
+                           str(tmp_path / "out"), "--budget", "3", "--no-cache", "-q"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "program.json").is_file()
+    broken = tmp_path / "broken.onnx"
+    broken.write_text("not a model")
+    refused = subprocess.run([sys.executable, "-m", "tensorsmith.cli", "compile", str(broken), "-o",
+                              str(tmp_path / "out2")], capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "cannot read ONNX model" in refused.stderr
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_small_hugging_face_model_exported_by_torch_onnx_matches_pytorch(family: str, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    pytest.importorskip("onnxscript", reason="torch.onnx's exporter needs onnxscript")
+    torch.manual_seed(0)
+
+    class Logits(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=ids, use_cache=False).logits
+    if family == "llama":
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+            num_hidden_layers=2, vocab_size=1000))
+    else:
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_embd=128, n_layer=2, n_head=4, vocab_size=1000, n_positions=64, bos_token_id=0, eos_token_id=0))
+    module = Logits(model).eval()
+    path = tmp_path / f"{family}.onnx"
+    torch.onnx.export(module, (torch.randint(0, 1000, (1, 16)),), str(path), dynamo=True)
+    program = from_onnx(path, **QUICK)
+    ids = torch.randint(0, 1000, (1, 16))
+    with torch.no_grad():
+        assert _relative(program(ids.numpy()), module(ids).numpy().astype(np.float64)) < 1e-5
