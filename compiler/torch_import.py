@@ -274,6 +274,36 @@ def _addmm(node: Any, bias: Tensor, a: Tensor, b: Tensor, beta: Any = 1, alpha: 
     return (product if alpha == 1 else product * alpha) + (bias if beta == 1 else bias * beta)
 
 
+def _fused_rms_norm(node: Any, x: Tensor, shape: Sequence[int], weight: Any = None, eps: Any = None
+                    ) -> tuple[Tensor, Tensor]:
+    """CUDA's fused RMSNorm (left whole by the decomposition): its output, and 1 / rms as its second result."""
+    if len(shape) != 1:
+        raise TorchImportError(f"rms_norm over {len(shape)} axes: only the last axis is supported")
+    eps = float(eps) if eps is not None else TORCH_EPS[x.dtype]
+    rstd = ((x * x).mean(-1, keepdim=True) + eps).rsqrt()
+    return nn.rms_norm(x, weight, eps), rstd
+
+
+TORCH_EPS = {DType.FLOAT32: 2.0 ** -23, DType.FLOAT16: 2.0 ** -10, DType.BFLOAT16: 2.0 ** -7}   # finfo(dtype).eps,
+                                                                                                 # rms_norm's default
+
+
+def _attention(node: Any, q: Tensor, k: Tensor, v: Tensor, *args: Any, scale: Any = None, **kwargs: Any) -> tuple:
+    """A fused scaled-dot-product attention kernel of the device (flash, cuDNN, memory-efficient): nn.attention, and
+    no further results (log-sum-exp, seeds) a forward pass reads. `args` are the op's positional flags, which differ
+    between the kernels; the bias (a tensor) and is_causal (the first bool after dropout_p) are found among them."""
+    bias = next((a for a in args if isinstance(a, Tensor)), None)
+    flags = [a for a in args if isinstance(a, bool)]
+    name = _op_name(node.target)
+    if "is_causal" in kwargs:
+        causal = bool(kwargs["is_causal"])
+    else:
+        causal = flags[1] if ("cudnn" in name or "efficient" in name) and len(flags) > 1 else bool(flags and flags[0])
+    if bias is not None:
+        raise TorchImportError(f"{name} with an attention bias is not supported yet")
+    return (nn.attention(q, k, v, causal=causal, scale=scale), None, None, None, None, None, None, None, None)
+
+
 def _full_like(node: Any, x: Tensor, value: Any, **_: Any) -> Tensor:
     return constant(_scalar(value), x.shape, DTYPES[str(node.meta["val"].dtype)])
 
@@ -328,7 +358,10 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.any.default": _reduced(lambda x, axis: x.cast(DType.FLOAT32).max(axis, keepdim=True) > 0),
     "aten.mm.default": lambda node, a, b: a @ b, "aten.bmm.default": lambda node, a, b: a @ b,
     "aten.addmm.default": _addmm,
-    "aten.native_layer_norm.default": _layer_norm,
+    "aten.native_layer_norm.default": _layer_norm, "aten._fused_rms_norm.default": _fused_rms_norm,
+    "aten._scaled_dot_product_cudnn_attention.default": _attention,
+    "aten._scaled_dot_product_flash_attention.default": _attention,
+    "aten._scaled_dot_product_efficient_attention.default": _attention,
     "aten._softmax.default": lambda node, x, dim, half_to_float=False: nn.softmax(x, axis=dim),
     "aten._safe_softmax.default": lambda node, x, dim, dtype=None: nn.softmax(x, axis=dim),
     "aten._log_softmax.default": lambda node, x, dim, half_to_float=False: nn.log_softmax(x, axis=dim),
