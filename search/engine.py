@@ -37,7 +37,7 @@ from .mcts import MCTSConfig, mcts
 from .partition import partition, unfused
 from .prune import AbstractChecker
 from .space import Boundaries, Candidate, CandidateSpace
-from .verify import Check, Draw, VerificationError, reference_draw, softmax_like, verify_program
+from .verify import Check, Draw, NoiseOnlyError, VerificationError, reference_draw, softmax_like, verify_program
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,8 @@ class SearchConfig:
     beam: BeamConfig = BeamConfig()
     mcts: MCTSConfig = MCTSConfig()
     verify_draws: int = 2
-    max_draws: int = 4           # draws made while none has met the dtypes' own tolerances (an output that cancels
-                                 # matches within its rounding noise only, on some draws)
+    max_draws: int = 4           # draws made, where no candidate passed outright, while none has met the dtypes' own
+                                 # tolerances (an output that cancels matches within its rounding noise only, on some)
     max_verified: int = 8        # candidates random-tested before giving up on the ranked list
 
 
@@ -66,6 +66,7 @@ class SearchStats:
     invalid_schedule: int = 0
     render_failed: int = 0
     failed_verification: int = 0
+    noisy: int = 0                 # boundary sets that matched only within rounding noise on their first draws
     verified: int = 0
     measured: int = 0
     faulted: int = 0               # measured candidates whose kernels faulted (an illegal address, a crash)
@@ -120,6 +121,7 @@ class _Run:
     measured: dict[Candidate, float] = field(default_factory=dict)
     rejected: dict[Candidate, str] = field(default_factory=dict)    # verdicts of candidates measure refused
     verdicts: dict[Boundaries, bool] = field(default_factory=dict)
+    noisy: list[Boundaries] = field(default_factory=list)   # failed only for matching within rounding noise, in order
     checks: dict[Boundaries, list[Check]] = field(default_factory=dict)   # the last ordinary draw's, where they pass
     draws: dict[int, Draw | None] = field(default_factory=dict)   # verify_program's memo: inputs, reference per draw
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -135,17 +137,30 @@ class _Run:
         self._entry[candidate] = self.history[-1]
         self.report()
 
-    def verify(self, candidate: Candidate) -> bool:
-        """Random tests of the candidate's program (per boundary set: the numpy executor ignores schedules)."""
+    def verify(self, candidate: Candidate, more_draws: bool = False) -> bool:
+        """Random tests of the candidate's program (per boundary set: the numpy executor ignores schedules). One that
+        matches only within rounding noise fails, and is remembered in `noisy`; `more_draws` tests such a one again
+        on up to `max_draws`, which `_choose` asks only where no candidate passed outright (so that of two right
+        programs the one that shows itself within the dtypes' tolerance wins, not one that rounds more)."""
         boundaries = candidate.boundaries
+        if more_draws and boundaries in self.noisy:
+            del self.verdicts[boundaries]
         if boundaries not in self.verdicts:
             draws = self.draws_that_fit()
             self.stats.draws_cut += draws < self.cfg.verify_draws
             try:
                 self.checks[boundaries] = verify_program(self.graph, self.space.build(candidate), self.seed, draws,
-                                                         large=True, memo=self.draws, max_draws=self.cfg.max_draws)
+                                                         large=True, memo=self.draws,
+                                                         max_draws=self.cfg.max_draws if more_draws else draws)
                 self.verdicts[boundaries] = True
                 self.stats.verified += 1
+            except NoiseOnlyError:
+                self.verdicts[boundaries] = False
+                if not more_draws:
+                    self.noisy.append(boundaries)
+                    self.stats.noisy += 1
+                else:
+                    self.stats.failed_verification += 1
             except VerificationError:
                 self.verdicts[boundaries] = False
                 self.stats.failed_verification += 1
@@ -158,7 +173,7 @@ class _Run:
     def draws_that_fit(self) -> int:
         """The most ordinary draws, at least one, whose tests are expected to end within the budget: k draws cost
         about 2k - 1 reference evaluations (the first draw's reference is remembered; each execution costs one).
-        A candidate that matches only within rounding noise on them is tested on more, up to `max_draws`."""
+        A candidate that matches only within rounding noise on them may be tested on more (`verify`)."""
         left = self.end - time.monotonic()
         fits = [k for k in range(1, self.cfg.verify_draws + 1) if (2 * k - 1) * self.stats.reference_s <= left]
         return max(fits, default=1)
@@ -311,6 +326,10 @@ def _choose(run: _Run) -> Candidate:
         tried += 1
         if tried >= run.cfg.max_verified:
             break
+    best = {c.boundaries: c for c in sorted(run.predicted, key=rank)[::-1] if c not in run.rejected}   # per set
+    for boundaries in sorted(run.noisy, key=lambda b: rank(best[b])):   # none passed outright: those within noise
+        if run.verify(best[boundaries], more_draws=True):                # alone, on more draws, best first
+            return best[boundaries]
     raise VerificationError(f"no candidate program for graph {run.graph.name!r} passed random testing"
                             f" ({run.stats.failed_verification} failed)")
 

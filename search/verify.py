@@ -27,6 +27,11 @@ class VerificationError(TensorsmithError, AssertionError):
     """A candidate program disagrees with the reference interpreter."""
 
 
+class NoiseOnlyError(VerificationError):
+    """A candidate program matched the reference only within the graph's own rounding noise on every draw made: it
+    may be right (an output that cancels), but nothing shows it; more draws may."""
+
+
 class TooLargeToVerify(TensorsmithError, ValueError):
     """The graph's inputs and float64 reference do not fit in this machine's memory, so it cannot be verified here."""
 
@@ -218,7 +223,7 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
     if found is not None:
         _checked(graph, program, found, seed + LARGE_SEED_OFFSET)     # its checks are not the ones returned
     if checks and not strict:
-        raise VerificationError(f"kernel program for graph {graph.name!r} matched the reference only within the"
+        raise NoiseOnlyError(f"kernel program for graph {graph.name!r} matched the reference only within the"
                                 f" graph's own rounding noise on every draw (seeds from {seed}); nothing shows it"
                                 f" right")
     return checks

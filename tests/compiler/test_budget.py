@@ -73,3 +73,28 @@ def test_a_rewritten_graph_that_fails_random_testing_falls_back_to_the_graph_as_
     assert "the graph as written was compiled" in program.report["left_out"]["rewrites"]
     x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
     assert np.allclose(program(device="cpu", x=x)["y"], x * 2.0 + 1.0, rtol=1e-6)
+
+
+def test_a_candidate_within_rounding_noise_only_wins_only_where_none_passes_outright(monkeypatch) -> None:
+    """A program that matches only within the graph's rounding noise on its first draws may be right (an output that
+    cancels) but may round more: a candidate that passes outright is preferred, and the noisy one, tested on more
+    draws, wins only where there is none."""
+    from tensorsmith.search import engine
+    from tensorsmith.search.verify import NoiseOnlyError
+    real = engine.verify_program
+
+    def noisy_when(judge):
+        def verify(graph, program, seed, draws=2, large=False, memo=None, max_draws=None):
+            if judge(program) and (max_draws or draws) <= draws:
+                raise NoiseOnlyError("within rounding noise only (planted)")
+            return real(graph, program, seed, draws, large=large, memo=memo, max_draws=max_draws)
+        return verify
+    graph = CASES["norms"]()
+    plain = search_program(graph, "sm90", budget_s=30.0)
+    first = len(plain.program.kernels)
+    monkeypatch.setattr(engine, "verify_program", noisy_when(lambda p: len(p.kernels) == first))
+    other = search_program(CASES["norms"](), "sm90", budget_s=30.0)
+    assert len(other.program.kernels) != first and other.stats.noisy >= 1     # one that passed outright won
+    monkeypatch.setattr(engine, "verify_program", noisy_when(lambda p: True))
+    again = search_program(CASES["norms"](), "sm90", budget_s=30.0)
+    assert again.stats.noisy >= 1 and again.checks                            # none did: a noisy one, on more draws
