@@ -33,6 +33,8 @@ from tensorsmith.ir.targets import Target, get_target
 
 from .beam import BeamConfig, beam
 from .cost import program_seconds
+from .exact import MAX_WORK as EXACT_MAX_WORK
+from .exact import check_exact, evaluation_size
 from .mcts import MCTSConfig, mcts
 from .partition import partition, unfused
 from .prune import AbstractChecker
@@ -67,6 +69,7 @@ class SearchStats:
     render_failed: int = 0
     failed_verification: int = 0
     noisy: int = 0                 # boundary sets that matched only within rounding noise on their first draws
+    shown_exactly: int = 0         # of those, accepted on more draws only because the exact check passed
     verified: int = 0
     measured: int = 0
     faulted: int = 0               # measured candidates whose kernels faulted (an illegal address, a crash)
@@ -141,7 +144,8 @@ class _Run:
         """Random tests of the candidate's program (per boundary set: the numpy executor ignores schedules). One that
         matches only within rounding noise fails, and is remembered in `noisy`; `more_draws` tests such a one again
         on up to `max_draws`, which `_choose` asks only where no candidate passed outright (so that of two right
-        programs the one that shows itself within the dtypes' tolerance wins, not one that rounds more)."""
+        programs the one that shows itself within the dtypes' tolerance wins, not one that rounds more), and accepts
+        it if still only within noise where the exact check shows it right."""
         boundaries = candidate.boundaries
         if more_draws and boundaries in self.noisy:
             del self.verdicts[boundaries]
@@ -154,9 +158,12 @@ class _Run:
                                                          max_draws=self.cfg.max_draws if more_draws else draws)
                 self.verdicts[boundaries] = True
                 self.stats.verified += 1
-            except NoiseOnlyError:
-                self.verdicts[boundaries] = False
-                if not more_draws:
+            except NoiseOnlyError as err:
+                self.verdicts[boundaries] = more_draws and self.exactly_right(candidate)
+                if self.verdicts[boundaries]:
+                    self.checks[boundaries] = err.checks
+                    self.stats.verified += 1
+                elif not more_draws:
                     self.noisy.append(boundaries)
                     self.stats.noisy += 1
                 else:
@@ -169,6 +176,19 @@ class _Run:
             entry["verdict"] = "verified" if self.verdicts[boundaries] else "failed verification"
         self.report()
         return self.verdicts[boundaries]
+
+    def exactly_right(self, candidate: Candidate) -> bool:
+        """Whether the candidate's program computes its graph's function over the prime field (exact.py): what shows
+        right a program whose outputs the float check cannot judge (they are all rounding noise, as a mean of
+        normalised values is). False where the check is too large to make."""
+        if evaluation_size(self.space.graph) > EXACT_MAX_WORK:
+            return False
+        try:
+            check_exact(self.space.graph, self.space.build(candidate), self.seed)
+        except VerificationError:
+            return False
+        self.stats.shown_exactly += 1
+        return True
 
     def draws_that_fit(self) -> int:
         """The most ordinary draws, at least one, whose tests are expected to end within the budget: k draws cost

@@ -29,7 +29,11 @@ class VerificationError(TensorsmithError, AssertionError):
 
 class NoiseOnlyError(VerificationError):
     """A candidate program matched the reference only within the graph's own rounding noise on every draw made: it
-    may be right (an output that cancels), but nothing shows it; more draws may."""
+    may be right (an output that cancels), but nothing shows it; more draws, or the exact check, may."""
+
+    def __init__(self, message: str, checks: list[Check]):
+        super().__init__(message)
+        self.checks = checks   # the last draw's, within the noise allowance
 
 
 class TooLargeToVerify(TensorsmithError, ValueError):
@@ -224,8 +228,8 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
         _checked(graph, program, found, seed + LARGE_SEED_OFFSET)     # its checks are not the ones returned
     if checks and not strict:
         raise NoiseOnlyError(f"kernel program for graph {graph.name!r} matched the reference only within the"
-                                f" graph's own rounding noise on every draw (seeds from {seed}); nothing shows it"
-                                f" right")
+                             f" graph's own rounding noise on every draw (seeds from {seed}); nothing shows it"
+                             f" right", checks)
     return checks
 
 

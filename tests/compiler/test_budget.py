@@ -83,10 +83,10 @@ def test_a_candidate_within_rounding_noise_only_wins_only_where_none_passes_outr
     from tensorsmith.search.verify import NoiseOnlyError
     real = engine.verify_program
 
-    def noisy_when(judge):
+    def noisy_when(judge, always: bool = False):
         def verify(graph, program, seed, draws=2, large=False, memo=None, max_draws=None):
-            if judge(program) and (max_draws or draws) <= draws:
-                raise NoiseOnlyError("within rounding noise only (planted)")
+            if judge(program) and (always or (max_draws or draws) <= draws):
+                raise NoiseOnlyError("within rounding noise only (planted)", [])
             return real(graph, program, seed, draws, large=large, memo=memo, max_draws=max_draws)
         return verify
     graph = CASES["norms"]()
@@ -98,3 +98,10 @@ def test_a_candidate_within_rounding_noise_only_wins_only_where_none_passes_outr
     monkeypatch.setattr(engine, "verify_program", noisy_when(lambda p: True))
     again = search_program(CASES["norms"](), "sm90", budget_s=30.0)
     assert again.stats.noisy >= 1 and again.checks                            # none did: a noisy one, on more draws
+    monkeypatch.setattr(engine, "verify_program", noisy_when(lambda p: True, always=True))
+    exact = search_program(CASES["norms"](), "sm90", budget_s=30.0)     # noisy on every draw: the exact check decides
+    assert exact.stats.shown_exactly == 1
+    monkeypatch.setattr(engine, "check_exact", lambda graph, program, seed: (_ for _ in ()).throw(
+        engine.VerificationError("differs over the field (planted)")))
+    with pytest.raises(engine.VerificationError, match="no candidate program"):
+        search_program(CASES["norms"](), "sm90", budget_s=30.0)
