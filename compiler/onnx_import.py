@@ -257,13 +257,7 @@ def _split(context: _Context, inputs: list[Any], attrs: dict) -> list[Tensor]:
         parts = attrs.get("num_outputs", len(context.node.output))
         step = -(-x.shape[axis] // parts)
         sizes = [min(step, x.shape[axis] - s) for s in range(0, x.shape[axis], step)]
-    out, start = [], 0
-    for size in sizes:
-        index = [slice(None)] * x.ndim
-        index[axis] = slice(start, start + size)
-        out.append(x[tuple(index)])
-        start += size
-    return out
+    return nn.split(x, sizes, axis)
 
 
 def _gather(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:

@@ -234,13 +234,7 @@ def _slice(node: Any, x: Tensor, dim: int = 0, start: Any = None, end: Any = Non
 
 
 def _split(node: Any, x: Tensor, sizes: Sequence[int], dim: int = 0) -> list[Tensor]:
-    axis, start, parts = dim % x.ndim, 0, []
-    for size in sizes:
-        index = [slice(None)] * x.ndim
-        index[axis] = slice(start, start + size)
-        parts.append(x[tuple(index)])
-        start += size
-    return parts
+    return nn.split(x, sizes, dim)
 
 
 def _gelu(node: Any, x: Tensor, approximate: str = "none") -> Tensor:

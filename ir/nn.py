@@ -11,7 +11,7 @@ from .tensor import Tensor, constant, equal, iota, matmul, maximum, where
 
 __all__ = ["relu", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
            "rms_norm", "linear", "causal_mask", "attention", "rope", "matmul", "maximum", "minimum", "clamp", "power",
-           "concat", "embedding", "where", "constant", "iota"]
+           "concat", "split", "embedding", "where", "constant", "iota"]
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU
 GELU_CUBIC = 0.044715
@@ -173,6 +173,20 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     for part in parts[1:]:
         out = out + part
     return out.cast(DType.BOOL) if tensors[0].dtype == DType.BOOL else out
+
+
+def split(x: Tensor, sizes: Sequence[int], axis: int = 0) -> list[Tensor]:
+    """x cut along `axis` into consecutive parts of the given sizes (views: they cost nothing)."""
+    axis = axis % x.ndim
+    if sum(sizes) != x.shape[axis]:
+        raise ShapeError(f"split: sizes {list(sizes)} do not add up to axis {axis} of {x.shape} at {user_location()}")
+    parts, start = [], 0
+    for size in sizes:
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(start, start + size)
+        parts.append(x[tuple(index)])
+        start += size
+    return parts
 
 
 def embedding(weight: Tensor, ids: Tensor) -> Tensor:

@@ -121,25 +121,11 @@ def test_compile_takes_an_onnx_file_and_refuses_a_broken_one(tmp_path: Path) -> 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_a_small_hugging_face_model_exported_by_torch_onnx_matches_pytorch(family: str, tmp_path: Path) -> None:
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    pytest.importorskip("transformers", reason="transformers is not installed")
     pytest.importorskip("onnxscript", reason="torch.onnx's exporter needs onnxscript")
     torch.manual_seed(0)
-
-    class Logits(torch.nn.Module):
-        def __init__(self, model: torch.nn.Module):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            return self.model(input_ids=ids, use_cache=False).logits
-    if family == "llama":
-        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
-            num_hidden_layers=2, vocab_size=1000))
-    else:
-        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-            n_embd=128, n_layer=2, n_head=4, vocab_size=1000, n_positions=64, bos_token_id=0, eos_token_id=0))
-    module = Logits(model).eval()
+    from hf_models import small_model
+    module = small_model(family)
     path = tmp_path / f"{family}.onnx"
     torch.onnx.export(module, (torch.randint(0, 1000, (1, 16)),), str(path), dynamo=True)
     program = from_onnx(path, **QUICK)

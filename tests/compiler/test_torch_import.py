@@ -128,24 +128,9 @@ def test_a_float16_block_on_the_gpu_matches_eager() -> None:
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_a_small_hugging_face_model_matches_eager(family: str) -> None:
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-
-    class Logits(torch.nn.Module):
-        def __init__(self, model: torch.nn.Module):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            return self.model(input_ids=ids, use_cache=False).logits
-    if family == "llama":
-        config = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_attention_heads=4,
-                                          num_key_value_heads=2, num_hidden_layers=2, vocab_size=1000)
-        model = transformers.LlamaForCausalLM(config)
-    else:
-        config = transformers.GPT2Config(n_embd=128, n_layer=2, n_head=4, vocab_size=1000, n_positions=64,
-                                         bos_token_id=0, eos_token_id=0)
-        model = transformers.GPT2LMHeadModel(config)
-    module = Logits(model).eval()
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from hf_models import small_model
+    module = small_model(family)
     program = from_torch(module, (torch.randint(0, 1000, (1, 16)),), profile=False, **QUICK)
     ids = torch.randint(0, 1000, (1, 16))
     with torch.no_grad():

@@ -50,3 +50,12 @@ def test_embedding_reads_the_rows_the_ids_name() -> None:
     table = RNG.standard_normal((11, 6)).astype(np.float32)
     ids = RNG.integers(0, 11, (3, 4)).astype(np.int32)
     assert np.array_equal(_run(nn.embedding, weight=table, ids=ids), table[ids])
+
+
+def test_split_cuts_consecutive_parts_and_refuses_sizes_that_do_not_add_up() -> None:
+    x = RNG.standard_normal((4, 9)).astype(np.float32)
+    parts = _run(lambda x: nn.concat(nn.split(x, [2, 3, 4], axis=1)[::-1], axis=1), x=x)
+    assert np.array_equal(parts, np.concatenate([x[:, 5:], x[:, 2:5], x[:, :2]], axis=1))
+    g = ts.Graph("bad_split")
+    with pytest.raises(ts.ShapeError, match="do not add up"):
+        nn.split(g.input("x", (4, 9), "float32"), [2, 3], axis=1)
