@@ -336,6 +336,21 @@ def _cast(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     return context.tensor(inputs[0]).cast(dtype)
 
 
+def _arg(pick: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    def lower(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+        if attrs.get("select_last_index", 0):
+            raise OnnxImportError(f"{context.node.op_type} node {context.node.name!r}: select_last_index is not"
+                                  f" supported")
+        return pick(context.tensor(inputs[0]), attrs.get("axis", 0), bool(attrs.get("keepdims", 1)))
+    return lower
+
+
+def _cumsum(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    if attrs.get("exclusive", 0) or attrs.get("reverse", 0):
+        raise OnnxImportError(f"CumSum node {context.node.name!r}: exclusive and reverse sums are not supported")
+    return nn.cumsum(context.tensor(inputs[0]), int(_known(context, inputs[1], "axis").reshape(-1)[0]))
+
+
 def _where(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     return where(context.tensor(inputs[0]), context.tensor(inputs[1]), context.tensor(inputs[2]))
 
@@ -366,7 +381,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
         *(attrs.get("perm") or list(reversed(range(context.tensor(inputs[0]).ndim))))),
     "Slice": _slice, "Split": _split, "Gather": _gather,
     "Concat": lambda context, inputs, attrs: nn.concat([context.tensor(v) for v in inputs], attrs["axis"]),
-    "Cast": _cast, "Where": _where,
+    "Cast": _cast, "Where": _where, "ArgMax": _arg(nn.argmax), "ArgMin": _arg(nn.argmin), "CumSum": _cumsum,
     "IsNaN": _elementwise(lambda x: logical_not(equal(x, x))),
     "Equal": _elementwise(equal), "Less": _elementwise(lambda a, b: a < b), "Greater": _elementwise(lambda a, b: a > b),
     "LessOrEqual": _elementwise(lambda a, b: a <= b), "GreaterOrEqual": _elementwise(lambda a, b: a >= b),

@@ -298,6 +298,28 @@ def _attention(node: Any, q: Tensor, k: Tensor, v: Tensor, *args: Any, scale: An
     return (nn.attention(q, k, v, causal=causal, scale=scale), None, None, None, None, None, None, None, None)
 
 
+def _one_axis(node: Any, x: Tensor, dims: Any) -> int:
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if len(dims) != 1:
+        raise TorchImportError(f"{_op_name(node.target)} over {len(dims) or 'all'} axes: only one axis is supported")
+    return dims[0] % x.ndim
+
+
+def _variance(root: bool) -> Callable[..., Tensor]:
+    def lower(node: Any, x: Tensor, dims: Any = None, *, correction: Any = 1, keepdim: bool = False) -> Tensor:
+        out = nn.var(x, _one_axis(node, x, dims), 1 if correction is None else int(correction), keepdim)
+        return out.sqrt() if root else out
+    return lower
+
+
+def _arg(pick: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    def lower(node: Any, x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+        if dim is None:
+            return pick(x.reshape(-1), 0).reshape(_shape(node))
+        return pick(x, dim % x.ndim, keepdim)
+    return lower
+
+
 def _full_like(node: Any, x: Tensor, value: Any, **_: Any) -> Tensor:
     return constant(_scalar(value), x.shape, DTYPES[str(node.meta["val"].dtype)])
 
@@ -371,6 +393,9 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.le.Tensor": _compare(lambda a, b: a <= b), "aten.le.Scalar": _compare(lambda a, b: a <= b),
     "aten.ge.Tensor": _compare(lambda a, b: a >= b), "aten.ge.Scalar": _compare(lambda a, b: a >= b),
     "aten.embedding.default": lambda node, weight, ids, *_: nn.embedding(weight, ids),
+    "aten.var.correction": _variance(root=False), "aten.std.correction": _variance(root=True),
+    "aten.argmax.default": _arg(nn.argmax), "aten.argmin.default": _arg(nn.argmin),
+    "aten.cumsum.default": lambda node, x, dim, dtype=None: nn.cumsum(x, dim),
     "aten.full_like.default": _full_like,
 }
 IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten.sym_constrain_range.default"}

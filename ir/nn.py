@@ -11,7 +11,7 @@ from .tensor import Tensor, constant, equal, iota, matmul, maximum, where
 
 __all__ = ["relu", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
            "rms_norm", "linear", "causal_mask", "attention", "rope", "matmul", "maximum", "minimum", "clamp", "power",
-           "concat", "split", "embedding", "where", "constant", "iota"]
+           "concat", "split", "embedding", "var", "std", "argmax", "argmin", "cumsum", "where", "constant", "iota"]
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU
 GELU_CUBIC = 0.044715
@@ -197,3 +197,46 @@ def embedding(weight: Tensor, ids: Tensor) -> Tensor:
                 ids.reshape(tuple(ids.shape) + (1,)).expand(tuple(ids.shape) + (vocab,)))
     flat = weight.reshape(vocab, int(math.prod(row))) if len(row) != 1 else weight
     return (hot.cast(weight.dtype) @ flat).reshape(tuple(ids.shape) + tuple(row))
+
+
+def var(x: Tensor, axis: int = -1, correction: int = 1, keepdim: bool = False) -> Tensor:
+    """mean((x - mean(x))**2) * n / (n - correction) along `axis` (correction 1: the unbiased estimate, PyTorch's
+    default)."""
+    n = x.shape[axis]
+    centered = x - x.mean(axis, keepdim=True)
+    scale = 1.0 / (n - correction) if n > correction else math.inf   # no degrees of freedom left: nan, as PyTorch
+    return (centered * centered).sum(axis, keepdim=keepdim) * scale
+
+
+def std(x: Tensor, axis: int = -1, correction: int = 1, keepdim: bool = False) -> Tensor:
+    """sqrt(var(x))."""
+    return var(x, axis, correction, keepdim).sqrt()
+
+
+def argmax(x: Tensor, axis: int = -1, keepdim: bool = False) -> Tensor:
+    """The first index of the largest value along `axis`, as int32: the least index where x equals its max."""
+    return _first_index(x, x.max(axis, keepdim=True), axis, keepdim)
+
+
+def argmin(x: Tensor, axis: int = -1, keepdim: bool = False) -> Tensor:
+    """The first index of the smallest value along `axis`, as int32."""
+    return _first_index(x, -((-x).max(axis, keepdim=True)), axis, keepdim)
+
+
+def _first_index(x: Tensor, extreme: Tensor, axis: int, keepdim: bool) -> Tensor:
+    axis = axis % x.ndim
+    n = x.shape[axis]
+    index = iota(x.shape, axis).cast("float32")
+    candidates = where(equal(x, extreme.expand(x.shape)), index, float(n))   # n where x is not the extreme
+    return (-((-candidates).max(axis, keepdim=keepdim))).cast("int32")
+
+
+def cumsum(x: Tensor, axis: int = -1) -> Tensor:
+    """Running sums along `axis`, as x @ a lower-triangular matrix of ones (made from iotas): n**2 work along the axis,
+    for the short axes models run them on (positions, masks)."""
+    axis = axis % x.ndim
+    n = x.shape[axis]
+    moved = x if axis == x.ndim - 1 else x.transpose(axis, -1)
+    upto = (iota((n, n), 0) < iota((n, n), 1) + 1).cast(x.dtype)        # upto[j, i] = j <= i
+    out = moved @ upto
+    return out if axis == x.ndim - 1 else out.transpose(axis, -1)

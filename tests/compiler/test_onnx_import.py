@@ -85,13 +85,23 @@ def test_views_splits_gathers_and_shapes_known_at_import() -> None:
     assert program(ids).shape == expected.shape == (1, 2, 5, 16) and _relative(program(ids), expected) < 1e-6
 
 
+def test_argmax_and_running_sums() -> None:
+    nodes = [helper.make_node("CumSum", ["x", "axis"], ["c"]),
+             helper.make_node("ArgMax", ["c"], ["y"], axis=1, keepdims=0)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 9])],
+                   [helper.make_tensor_value_info("y", TensorProto.INT64, None)], {"axis": np.array(1, np.int64)})
+    program = from_onnx(model, **QUICK)
+    x = RNG.standard_normal((4, 9)).astype(np.float32)
+    assert np.array_equal(program(x), ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
 def test_an_op_with_no_lowering_is_reported_by_type_and_node() -> None:
-    nodes = [helper.make_node("CumSum", ["x", "axis"], ["c"], name="running_total"),
+    nodes = [helper.make_node("Hardmax", ["x"], ["c"], name="hard"),
              helper.make_node("TopK", ["c", "k"], ["y", "i"], name="best")]
     model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                    {"axis": np.array(1, np.int64), "k": np.array([2], np.int64)})
-    with pytest.raises(OnnxImportError, match=r"CumSum \(node running_total\)"):
+    with pytest.raises(OnnxImportError, match=r"Hardmax \(node running_total\)"):
         import_onnx(model)
 
 

@@ -59,3 +59,15 @@ def test_split_cuts_consecutive_parts_and_refuses_sizes_that_do_not_add_up() -> 
     g = ts.Graph("bad_split")
     with pytest.raises(ts.ShapeError, match="do not add up"):
         nn.split(g.input("x", (4, 9), "float32"), [2, 3], axis=1)
+
+
+def test_var_std_argmax_argmin_and_cumsum_equal_numpys() -> None:
+    x = RNG.standard_normal((5, 7)).astype(np.float32)
+    x[2, 3] = x[2, 5] = x[2].max() + 1.0                                   # a tie: the first index wins
+    x64 = x.astype(np.float64)
+    assert np.allclose(_run(lambda x: nn.var(x, axis=1), x=x), x64.var(axis=1, ddof=1), rtol=1e-12)
+    assert np.allclose(_run(lambda x: nn.std(x, axis=0, correction=0), x=x), x64.std(axis=0), rtol=1e-12)
+    assert np.array_equal(_run(lambda x: nn.argmax(x, axis=1), x=x), np.argmax(x, axis=1))
+    assert np.array_equal(_run(lambda x: nn.argmin(x, axis=0), x=x), np.argmin(x, axis=0))
+    assert np.allclose(_run(lambda x: nn.cumsum(x, axis=0), x=x), np.cumsum(x64, axis=0), rtol=1e-12)
+    assert np.allclose(_run(lambda x: nn.cumsum(x, axis=1), x=x), np.cumsum(x64, axis=1), rtol=1e-12)
