@@ -16,5 +16,5 @@ from .torch_import import TorchImportError, from_torch, import_torch
 
 __all__ = ["CompileError", "DeviceError", "DType", "DTypeError", "Graph", "GraphError", "InputError", "OutputError",
            "ShapeError", "TargetError", "Tensor", "TensorsmithError", "constant", "evaluate", "iota", "nn", "compile",
-           "Program", "load", "from_torch", "import_torch", "TorchImportError", "from_onnx", "import_onnx", "OnnxImportError",
-           "ModelImportError", "__version__"]
+           "Program", "load", "from_torch", "import_torch", "TorchImportError", "from_onnx", "import_onnx",
+           "OnnxImportError", "ModelImportError", "__version__"]

@@ -21,8 +21,9 @@ FAILURE = 1        # tensorsmith itself failed: a compile error, a wrong kernel,
 
 
 def _compile_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="a model.py defining a tensorsmith Graph (module level, or build() returning one),"
-                                      " or an ONNX model (model.onnx: its initializers become inputs named after them)")
+    parser.add_argument("model", help="a model.py defining a tensorsmith Graph (module level, or build() returning"
+                                      " one), or an ONNX model (model.onnx: its initializers become inputs named after"
+                                      " them)")
     parser.add_argument("--target", default="sm90", help=f"GPU to compile for: {', '.join(TARGETS)} (default sm90)")
     parser.add_argument("-o", "--output", default="out",
                         help="folder to write kernels/ and program.json to (default out/); an existing folder is"
@@ -33,10 +34,11 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D,D,...",
                         help="the shape of an ONNX model's input that the file leaves dynamic (repeatable)")
     parser.add_argument("--budget", type=_positive_seconds, default=60.0, metavar="SECONDS",
-                        help="seconds the whole compile may take (default 60; a positive number). It can overrun by"
-                             " the winner's verification, which is never left out: one random test at full size (about"
-                             " two float64 evaluations of the graph in numpy) and, on a GPU, its check and timing;"
-                             " the exact check runs only in what is left")
+                        help="seconds the whole compile may take (default 60; a positive number). It can overrun:"
+                             " the search gets at least half of it however long saturation (limited to 10 s)"
+                             " took, and the winner's verification is never left out: one random test at full size"
+                             " (about two float64 evaluations of the graph in numpy) and, on a GPU, its check and"
+                             " timing; the exact check runs only in what is left")
     parser.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same program")
     parser.add_argument("--no-profile", action="store_true", help="do not time kernels even where a GPU is present")
     parser.add_argument("--cache-dir", help="where compiled programs are cached (default ~/.cache/tensorsmith/programs)")

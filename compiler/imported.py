@@ -2,6 +2,7 @@
 own tensors (weights, buffers, folded constants), and a program called as the model is, its arguments in order."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,18 +32,33 @@ class ImportedModel:
 
     def bind(self, hint: str, value: Any, shape: tuple[int, ...], dtype: DType) -> Tensor:
         """A new graph input named after `hint` (made unique), bound to `value`."""
-        base = identifier(hint)
-        name, count = base, 1
-        while name in self.graph.inputs:
-            name, count = f"{base}_{count}", count + 1
+        name = self._unique(hint)
         self.bound[name] = value
         return self.graph.input(name, shape, dtype)
 
     def argument(self, hint: str, shape: tuple[int, ...], dtype: DType) -> Tensor:
-        """A new graph input for one of the model's arguments."""
-        tensor = self.graph.input(identifier(hint), shape, dtype)
-        self.arguments.append(identifier(hint))
-        return tensor
+        """A new graph input for one of the model's arguments (named after `hint`, made unique)."""
+        name = self._unique(hint)
+        self.arguments.append(name)
+        return self.graph.input(name, shape, dtype)
+
+    def _unique(self, hint: str) -> str:
+        base = identifier(hint)
+        name, count = base, 1
+        while name in self.graph.inputs:
+            name, count = f"{base}_{count}", count + 1
+        return name
+
+
+LARGEST_FINITE = {DType.FLOAT32: 3.4028234663852886e38, DType.FLOAT16: 65504.0, DType.BFLOAT16: 3.3895313892515355e38}
+
+
+def finite(value: Any, dtype: DType) -> Any:
+    """An infinite constant as the dtype's largest finite value of its sign: `where` blends both branches, so an
+    infinite one (a mask filled with -inf) would make NaN where it is not chosen; the largest value masks alike."""
+    if isinstance(value, float) and value in (math.inf, -math.inf) and dtype in LARGEST_FINITE:
+        return math.copysign(LARGEST_FINITE[dtype], value)
+    return value
 
 
 def identifier(name: str) -> str:
@@ -57,6 +73,7 @@ class ImportedProgram:
 
     def __init__(self, imported: ImportedModel, program: Program):
         self.imported, self.program = imported, program
+        self._bound: dict[bool, dict[str, Any]] = {}   # the bound inputs as the program takes them, on GPU or not
 
     @property
     def graph(self) -> Graph:
@@ -68,9 +85,13 @@ class ImportedProgram:
                                    f" imported with ({', '.join(self.imported.arguments)}); got {len(args)}")
         torch = _torch_if_used(args)
         on_gpu = torch is not None and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+        if on_gpu not in self._bound:   # weights moved to the device (or to numpy) once, not on every call
+            self._bound[on_gpu] = {name: _as_input(value, self.imported.graph.inputs[name].dtype, on_gpu)
+                                   for name, value in self.imported.bound.items()}
         inputs = {name: _as_input(value, self.imported.graph.inputs[name].dtype, on_gpu)
-                  for name, value in [*zip(self.imported.arguments, args), *self.imported.bound.items()]}
-        results = [self.program(**inputs)[name] for name in self.imported.outputs]
+                  for name, value in zip(self.imported.arguments, args)}
+        outputs = self.program(**inputs, **self._bound[on_gpu])
+        results = [outputs[name] for name in self.imported.outputs]
         if torch is not None:
             device = next(a.device for a in args if isinstance(a, torch.Tensor))
             results = [r if isinstance(r, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(r)).to(device)

@@ -1,7 +1,7 @@
 """from_onnx: an ONNX model (a file or a ModelProto) as a tensorsmith Graph, with the onnx package.
 
 Each ONNX node is lowered by `LOWERINGS` (an op type -> a function of its inputs and attributes, written with the
-Tensor API and `nn`), for the opsets that torch.onnx writes for transformer models (17 to 23). Initializers become
+Tensor API and `nn`), for opsets 13 and newer (torch.onnx writes 17 to 23 for transformer models). Initializers become
 graph inputs bound to their arrays (one repeated value becomes a constant); nodes whose inputs are all known at import
 (shapes, `Constant`, `Range`, shape arithmetic) are evaluated by onnx's reference implementation then. Inputs must
 have static shapes (or be given them). An op with no lowering is reported once, by type and node name, with all others.
@@ -20,7 +20,7 @@ from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
-from .imported import ImportedModel, ImportedProgram, ModelImportError, identifier
+from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
 from .pipeline import compile as ts_compile
 
 
@@ -28,6 +28,7 @@ class OnnxImportError(ModelImportError):
     """An ONNX model that cannot be read, has dynamic shapes not given, or holds ops tensorsmith cannot lower."""
 
 
+MIN_OPSET = 13
 DTYPES = {1: DType.FLOAT32, 10: DType.FLOAT16, 16: DType.BFLOAT16, 6: DType.INT32, 7: DType.INT32, 9: DType.BOOL}
 # ONNX elem types: 1 float, 10 float16, 16 bfloat16, 6 int32, 7 int64 (held as int32), 9 bool
 NUMPY_DTYPES = {np.dtype(np.float32): DType.FLOAT32, np.dtype(np.float16): DType.FLOAT16,
@@ -49,6 +50,11 @@ def import_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None,
     except ImportError:
         raise OnnxImportError("reading ONNX models needs the onnx package: pip install onnx") from None
     proto = _load(onnx, model)
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < MIN_OPSET:
+        raise OnnxImportError(f"the model's opset is {opset}; tensorsmith reads opset {MIN_OPSET} or newer (where"
+                              f" Split, Slice, Unsqueeze and the reductions take their axes as inputs): convert it"
+                              f" with onnx.version_converter.convert_version(model, {MIN_OPSET})")
     stem = Path(model).stem if isinstance(model, (str, Path)) else proto.graph.name or "onnx_model"
     imported = ImportedModel(Graph(identifier(name or stem)))
     values: dict[str, Any] = {init.name: numpy_helper.to_array(init) for init in proto.graph.initializer}
@@ -148,12 +154,14 @@ class _Known:
         if id(value) in self.tensors:
             return self.tensors[id(value)][1]
         array = np.asarray(value)
-        dtype = NUMPY_DTYPES.get(array.dtype)
+        dtype = DType.BFLOAT16 if array.dtype.name == "bfloat16" else NUMPY_DTYPES.get(array.dtype)
         if dtype is None:
             raise OnnxImportError(f"{what}: an array of dtype {array.dtype}, which tensorsmith does not hold")
+        if dtype == DType.BFLOAT16:          # ml_dtypes' bfloat16, held as its float32 values
+            array = array.astype(np.float32)
         flat = array.reshape(-1)
-        if flat.size and (flat == flat[0]).all() and (not dtype.is_float or math.isfinite(float(flat[0]))):
-            tensor = constant(flat[0].item(), array.shape, dtype)
+        if flat.size and (flat == flat[0]).all() and not (dtype.is_float and math.isnan(float(flat[0]))):
+            tensor = constant(finite(flat[0].item(), dtype), array.shape, dtype)
         else:
             held = array.astype(np.int32) if array.dtype == np.int64 else array
             tensor = self.imported.bind(self.names.get(id(value), "folded"), held, array.shape, dtype)
@@ -205,7 +213,7 @@ def _axes_input(context: _Context, inputs: list[Any], attrs: dict, rank: int) ->
     axes = attrs.get("axes")
     if axes is None and len(inputs) > 1 and inputs[1] is not None:
         axes = _ints(_known(context, inputs[1], "axes"))
-    return None if axes is None else [a % rank for a in axes]
+    return [a % rank for a in axes] if axes else None   # none, or empty: the op's default (Reduce*: all axes)
 
 
 def _unsqueeze(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
@@ -237,8 +245,10 @@ def _expand(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
 def _slice(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     x = context.tensor(inputs[0])
     starts, ends = _ints(_known(context, inputs[1], "starts")), _ints(_known(context, inputs[2], "ends"))
-    axes = _ints(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else list(range(len(starts)))
-    steps = _ints(inputs[4]) if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
+    given = [_ints(_known(context, v, what)) if v is not None else None
+             for v, what in zip(inputs[3:5], ("axes", "steps"))] + [None, None]
+    axes = given[0] if given[0] is not None else list(range(len(starts)))
+    steps = given[1] if given[1] is not None else [1] * len(starts)
     if any(s != 1 for s in steps):
         raise OnnxImportError(f"Slice node {context.node.name!r}: only step 1 is supported, got steps {steps}")
     index = [slice(None)] * x.ndim

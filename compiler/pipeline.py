@@ -75,6 +75,7 @@ class Compilation:
     draws: dict[int, Draw | None] = field(default_factory=dict)   # random tests' inputs and reference outputs, by
                                        # draw: the search's, then the GPU's check (draw 0) and the exact check's cut
     left_out: dict[str, str] = field(default_factory=dict)   # checks and measurements the budget left out, and why
+    reference_s: float | None = None   # one float64 evaluation of the user's graph on draw 0, as timed before searching
 
     def chosen_graph(self) -> Graph:
         """The rewritten graph that extraction chose, which the search partitions into kernels."""
@@ -122,8 +123,13 @@ def _search(c: Compilation) -> None:
 def _search_chosen(c: Compilation, measure: Callable[[KernelProgram], float] | None) -> Any:
     """search_program on the chosen graph, its candidates tested against the user's, in what is left of the budget."""
     budget = max(c.deadline - time.monotonic(), MIN_SEARCH_SHARE * c.options.budget_s)
+    if c.reference_s is None:   # timed here once: a second search (the fallback) finds the draw remembered
+        began = time.monotonic()
+        reference_draw(c.graph, c.options.seed, 0, memo=c.draws)
+        c.reference_s = time.monotonic() - began
     return search.search_program(c.chosen_graph(), c.target, budget, c.options.seed, measure=measure,
-                                 progress=c.options.progress, reference=c.graph, draws=c.draws)
+                                 progress=c.options.progress, reference=c.graph, draws=c.draws,
+                                 reference_s=c.reference_s)
 
 
 MIN_SEARCH_SHARE = 0.5   # of the budget, left to the search however long saturation took
@@ -167,7 +173,7 @@ def _gpu_draw(c: Compilation) -> Draw:
 
 EXACT_DRAWS = 2
 EXACT_SIDE_PER_REFERENCE = 1.5   # one side of one exact draw takes about this many float64 reference evaluations
-EXACT_ALWAYS_S = 1.0             # an exact draw expected to take less than this runs even past the budget
+EXACT_ALWAYS_S = 1.0             # exact draws expected to take less than this each run even past the budget
 
 
 def _verify(c: Compilation) -> None:
@@ -175,12 +181,11 @@ def _verify(c: Compilation) -> None:
     the user's graph (the rewrites between the two are proved in the real numbers, not in the field): those the
     search made of its winner, on the same draws, else (a program given, not searched) made here.
 
-    The exact check makes as many of its EXACT_DRAWS as are expected to fit in what is left of the budget (one
-    expected under EXACT_ALWAYS_S always), each timed as 2 * EXACT_SIDE_PER_REFERENCE of the search's reference
-    evaluations; the report says what it left out."""
+    The exact check makes as many of its EXACT_DRAWS as are expected to fit in what is left of the budget (all of
+    them where one is expected to take under EXACT_ALWAYS_S), each timed as 2 * EXACT_SIDE_PER_REFERENCE reference
+    evaluations (`reference_s`); the report says what it left out."""
     chosen = c.chosen_graph() if c.chosen is not None else c.graph
-    reference_s = c.search.stats.reference_s if c.search is not None else 0.0
-    draw_s = 2 * EXACT_SIDE_PER_REFERENCE * reference_s
+    draw_s = 2 * EXACT_SIDE_PER_REFERENCE * (c.reference_s or 0.0)
     left = c.deadline - time.monotonic()
     draws = EXACT_DRAWS if draw_s <= EXACT_ALWAYS_S else min(EXACT_DRAWS, max(0, int(left // draw_s)))
     if evaluation_size(chosen) > EXACT_MAX_WORK:

@@ -21,7 +21,7 @@ from tensorsmith.ir.errors import TensorsmithError, located
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
-from .imported import ImportedModel, ImportedProgram, ModelImportError, identifier
+from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
 from .pipeline import compile as ts_compile
 
 
@@ -141,8 +141,8 @@ def _tensor(value: Any, imported: ImportedModel, what: str) -> Tensor:
     if dtype is None:
         raise TorchImportError(f"{what}: a constant of dtype {tensor.dtype}, which tensorsmith does not hold")
     flat = tensor.detach().reshape(-1)
-    if flat.numel() > 0 and bool((flat == flat[0]).all()) and math.isfinite(float(flat[0])):
-        return constant(flat[0].item(), tuple(tensor.shape), dtype)
+    if flat.numel() > 0 and bool((flat == flat[0]).all()) and not math.isnan(float(flat[0])):
+        return constant(finite(flat[0].item(), dtype), tuple(tensor.shape), dtype)
     return imported.bind("folded", tensor.detach(), tuple(tensor.shape), dtype)
 
 
@@ -252,15 +252,24 @@ def _layer_norm(node: Any, x: Tensor, shape: Sequence[int], weight: Any = None, 
 
 
 def _where_lowering(node: Any, cond: Tensor, a: Any, b: Any) -> Tensor:
-    return where(cond, _scalar(a), _scalar(b))
+    dtype = _dtype(node.meta["val"].dtype)
+    return where(cond, *(finite(_scalar(v), dtype) if not isinstance(v, Tensor) else v for v in (a, b)))
 
 
 def _compare(fn: Callable[[Any, Any], Tensor]) -> Callable[..., Tensor]:
     return lambda node, a, b: fn(_scalar(a), _scalar(b))
 
 
+def _dtype(value: Any) -> DType:
+    """tensorsmith's dtype for a torch dtype, or one clear error (float64, complex, int8 and the like are not held)."""
+    if str(value) not in DTYPES:
+        raise TorchImportError(f"dtype {value} is not one tensorsmith holds (float32, float16, bfloat16, int32 or"
+                               f" int64 as int32, bool)")
+    return DTYPES[str(value)]
+
+
 def _cast(node: Any, x: Tensor, *_: Any, dtype: Any = None, **__: Any) -> Tensor:
-    return x if dtype is None else x.cast(DTYPES[str(dtype)])
+    return x if dtype is None else x.cast(_dtype(dtype))
 
 
 def _addmm(node: Any, bias: Tensor, a: Tensor, b: Tensor, beta: Any = 1, alpha: Any = 1) -> Tensor:
@@ -282,20 +291,28 @@ TORCH_EPS = {DType.FLOAT32: 2.0 ** -23, DType.FLOAT16: 2.0 ** -10, DType.BFLOAT1
                                                                                                  # rms_norm's default
 
 
-def _attention(node: Any, q: Tensor, k: Tensor, v: Tensor, *args: Any, scale: Any = None, **kwargs: Any) -> tuple:
+def _attention(node: Any, q: Tensor, k: Tensor, v: Tensor, *args: Any, **kwargs: Any) -> tuple:
     """A fused scaled-dot-product attention kernel of the device (flash, cuDNN, memory-efficient): nn.attention, and
-    no further results (log-sum-exp, seeds) a forward pass reads. `args` are the op's positional flags, which differ
-    between the kernels; the bias (a tensor) and is_causal (the first bool after dropout_p) are found among them."""
-    bias = next((a for a in args if isinstance(a, Tensor)), None)
-    flags = [a for a in args if isinstance(a, bool)]
-    name = _op_name(node.target)
-    if "is_causal" in kwargs:
-        causal = bool(kwargs["is_causal"])
-    else:
-        causal = flags[1] if ("cudnn" in name or "efficient" in name) and len(flags) > 1 else bool(flags and flags[0])
-    if bias is not None:
-        raise TorchImportError(f"{name} with an attention bias is not supported yet")
-    return (nn.attention(q, k, v, causal=causal, scale=scale), None, None, None, None, None, None, None, None)
+    no further results (log-sum-exp, seeds) a forward pass reads. Its flags are read by name from the op's schema
+    (torch leaves trailing defaults out of the recorded call, so positions differ between calls)."""
+    named = _named_arguments(node, (q, k, v, *args), kwargs)
+    if isinstance(named.get("attn_bias"), Tensor):
+        raise TorchImportError(f"{_op_name(node.target)} with an attention bias is not supported yet")
+    out = nn.attention(q, k, v, causal=bool(named.get("is_causal", False)), scale=named.get("scale"))
+    return (out,) + (None,) * (len(node.target._schema.returns) - 1)
+
+
+def _named_arguments(node: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's arguments by the names of the op's schema, defaults filled in."""
+    named = {}
+    for position, argument in enumerate(node.target._schema.arguments):
+        if position < len(args):
+            named[argument.name] = args[position]
+        elif argument.name in kwargs:
+            named[argument.name] = kwargs[argument.name]
+        elif argument.has_default_value():
+            named[argument.name] = argument.default_value
+    return named
 
 
 def _one_axis(node: Any, x: Tensor, dims: Any) -> int:
@@ -320,8 +337,15 @@ def _arg(pick: Callable[..., Tensor]) -> Callable[..., Tensor]:
     return lower
 
 
+def _any(x: Tensor, axis: int) -> Tensor:
+    """Whether any element along `axis` is nonzero (true)."""
+    nonzero = x if x.dtype == DType.BOOL else logical_not(equal(x, 0))
+    return nonzero.cast(DType.FLOAT32).max(axis, keepdim=True) > 0
+
+
 def _full_like(node: Any, x: Tensor, value: Any, **_: Any) -> Tensor:
-    return constant(_scalar(value), x.shape, DTYPES[str(node.meta["val"].dtype)])
+    dtype = _dtype(node.meta["val"].dtype)
+    return constant(finite(_scalar(value), dtype), x.shape, dtype)
 
 
 def _identity(node: Any, x: Tensor, *_: Any, **__: Any) -> Tensor:
@@ -351,7 +375,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten._to_copy.default": _cast,
     "aten.add.Tensor": _binary(lambda a, b: a + b), "aten.add.Scalar": _binary(lambda a, b: a + b),
     "aten.sub.Tensor": _binary(lambda a, b: a - b), "aten.sub.Scalar": _binary(lambda a, b: a - b),
-    "aten.rsub.Scalar": _binary(lambda a, b: b - a),
+    "aten.rsub.Scalar": lambda node, a, b, alpha=1: _scalar(b) - (a if alpha == 1 else a * alpha),
     "aten.mul.Tensor": _binary(lambda a, b: a * b), "aten.mul.Scalar": _binary(lambda a, b: a * b),
     "aten.div.Tensor": _binary(lambda a, b: a / b), "aten.div.Scalar": _binary(lambda a, b: a / b),
     "aten.neg.default": lambda node, x: -x,
@@ -369,9 +393,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.mean.dim": _reduced(lambda x, axis: x.mean(axis, keepdim=True)),
     "aten.sum.dim_IntList": _reduced(lambda x, axis: x.sum(axis, keepdim=True)),
     "aten.amax.default": _reduced(lambda x, axis: x.max(axis, keepdim=True)),
-    "aten.any.dim": _reduced(lambda x, axis: x.cast(DType.FLOAT32).max(axis, keepdim=True) > 0),
-    "aten.any.dims": _reduced(lambda x, axis: x.cast(DType.FLOAT32).max(axis, keepdim=True) > 0),
-    "aten.any.default": _reduced(lambda x, axis: x.cast(DType.FLOAT32).max(axis, keepdim=True) > 0),
+    "aten.any.dim": _reduced(_any), "aten.any.dims": _reduced(_any), "aten.any.default": _reduced(_any),
     "aten.mm.default": lambda node, a, b: a @ b, "aten.bmm.default": lambda node, a, b: a @ b,
     "aten.addmm.default": _addmm,
     "aten.native_layer_norm.default": _layer_norm, "aten._fused_rms_norm.default": _fused_rms_norm,

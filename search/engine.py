@@ -247,15 +247,16 @@ class _Run:
 def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float = 60.0, seed: int = 0,
                    measure: Measure | None = None, progress: Callable[[SearchProgress], None] | None = None,
                    config: SearchConfig | None = None, reference: Graph | None = None,
-                   draws: dict[int, Draw | None] | None = None) -> SearchResult:
+                   draws: dict[int, Draw | None] | None = None, reference_s: float | None = None) -> SearchResult:
     """The fastest verified KernelProgram for `graph` that the search finds within `budget_s` seconds.
 
     Candidates are random-tested against `reference` (default `graph`): a graph with the same inputs and outputs
     that `graph` was rewritten from, such as the user's, whose tests of the winner the compiler then keeps.
     `draws` is verify_program's memo of those tests' inputs and reference outputs, where the caller keeps it to
-    use the same draws after the search. A candidate is tested on as many of `config.verify_draws` ordinary draws as
-    are expected to end within the budget, at least one (and on the large-magnitude one where it applies): the
-    budget can be overrun by that.
+    use the same draws after the search (`reference_s`: how long the first draw's reference took, where `draws`
+    holds it already, since it sizes the verification's share of the budget). A candidate is tested on as many of
+    `config.verify_draws` ordinary draws as are expected to end within the budget, at least one (and on the
+    large-magnitude one where it applies): the budget can be overrun by that.
 
     >>> result = search_program(graph, "sm90", budget_s=10)
     >>> result.program.kernels[0].schedule, result.stats.verified
@@ -266,7 +267,7 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     space = CandidateSpace(graph, target, AbstractChecker())
     run = _Run(space, reference or graph, seed, cfg, start + budget_s, start + budget_s, measure, progress,
                draws=draws if draws is not None else {})
-    run.deadline -= _verification_reserve(run, budget_s)
+    run.deadline -= _verification_reserve(run, budget_s, reference_s)
     ranked = beam(space, cfg.beam, run.deadline, run.score)
     if measure is not None and ranked and time.monotonic() < run.deadline:   # the model's choice (codegen's measured
         run.evaluate(ranked[0][1])   # defaults where near) first: a candidate MCTS measures wins only by being faster
@@ -285,13 +286,14 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
 MIN_SEARCH_SHARE = 0.25   # of the budget, kept for the search however long verification is expected to take
 
 
-def _verification_reserve(run: _Run, budget_s: float) -> float:
+def _verification_reserve(run: _Run, budget_s: float, known_s: float | None = None) -> float:
     """Seconds of the budget to keep for random-testing the winner, so that a large graph's verification fits
     in it: the first draw's reference is evaluated now (the verification reads it from the memo) and timed,
     and each remaining draw's reference and each draw's program execution are expected to take as long."""
+    remembered = 0 in run.draws
     began = time.monotonic()
     reference_draw(run.graph, run.seed, 0, memo=run.draws)
-    run.stats.reference_s = time.monotonic() - began
+    run.stats.reference_s = known_s if remembered and known_s is not None else time.monotonic() - began
     draws = run.cfg.verify_draws + (1 if softmax_like(run.graph) else 0)
     reserve = run.stats.reference_s * (2 * draws - 1)
     return min(reserve, (1.0 - MIN_SEARCH_SHARE) * budget_s)
@@ -347,8 +349,9 @@ def _choose(run: _Run) -> Candidate:
         if tried >= run.cfg.max_verified:
             break
     best = {c.boundaries: c for c in sorted(run.predicted, key=rank)[::-1] if c not in run.rejected}   # per set
-    for boundaries in sorted(run.noisy, key=lambda b: rank(best[b])):   # none passed outright: those within noise
-        if run.verify(best[boundaries], more_draws=True):                # alone, on more draws, best first
+    noisy = sorted(run.noisy, key=lambda b: rank(best[b]))[:run.cfg.max_verified]   # none passed outright: those
+    for boundaries in noisy:                                                        # within noise, best first
+        if run.verify(best[boundaries], more_draws=True):
             return best[boundaries]
     raise VerificationError(f"no candidate program for graph {run.graph.name!r} passed random testing"
                             f" ({run.stats.failed_verification} failed)")

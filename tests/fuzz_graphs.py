@@ -22,7 +22,7 @@ import numpy as np
 import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.ir.dtypes import round_to_host
-from tensorsmith.search.verify import ROUNDING_NOISE, VerificationError, rounding_noise
+from tensorsmith.search.verify import ROUNDING_NOISE, VerificationError, relative_l2, rounding_noise
 
 SIZES = (1, 2, 3, 5, 7, 8, 16)
 FLOATS = ("float32", "float16", "bfloat16")
@@ -348,7 +348,7 @@ def check(fuzzed: Fuzzed, budget_s: float = 1.0) -> tuple[str, str]:
             # a bfloat16 sum whose terms cancel: the graph evaluated at its own precision is as far off, and a program
             # storing the graph's dtypes may be ROUNDING_NOISE times that (the rule verification applies)
             noise = noise if noise is not None else rounding_noise(fuzzed.graph, fuzzed.inputs, reference)
-            if not e <= ROUNDING_NOISE * noise[name]:
+            if not relative_l2(outputs[name], reference[name]) <= ROUNDING_NOISE * noise[name]:   # the same measure
                 return "wrong", (f"program {name}: relative L2 {e:.3g} > {fuzzed.tolerance:g} and > {ROUNDING_NOISE:g}"
                                  f" x the graph's own rounding noise {noise[name]:.3g}")
     return "ok", ""

@@ -142,3 +142,25 @@ def test_a_small_hugging_face_model_exported_by_torch_onnx_matches_pytorch(famil
     ids = torch.randint(0, 1000, (1, 16))
     with torch.no_grad():
         assert _relative(program(ids.numpy()), module(ids).numpy().astype(np.float64)) < 1e-5
+
+
+def test_reductions_with_empty_axes_bfloat16_weights_and_old_opsets() -> None:
+    nodes = [helper.make_node("ReduceSum", ["x", "none"], ["s"], keepdims=0),        # empty axes: every axis
+             helper.make_node("Mul", ["s", "w"], ["y"])]
+    w = numpy_helper.from_array(np.array([0.5, 1.5], np.float32), "w")
+    w.data_type, w.raw_data = TensorProto.BFLOAT16, (np.array([0.5, 1.5], np.float32).view(np.uint32) >> 16
+                                                     ).astype(np.uint16).tobytes()
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([], np.int64), "none"), w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    imported = import_onnx(model)
+    assert imported.graph.inputs["w"].dtype.value == "bfloat16"
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    assert np.allclose(from_onnx(model, **QUICK)(x), x.astype(np.float64).sum() * np.array([0.5, 1.5]), rtol=1e-2)
+    old = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "old",
+                                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+                            opset_imports=[helper.make_opsetid("", 11)])
+    with pytest.raises(OnnxImportError, match="opset is 11.*convert_version"):
+        import_onnx(old)

@@ -147,3 +147,34 @@ def test_a_small_hugging_face_model_matches_eager(family: str) -> None:
     with torch.no_grad():
         assert _relative(program(ids), module(ids)) < 1e-5
     assert np.isfinite(program(ids).numpy()).all()
+
+
+def test_a_mask_filled_with_minus_infinity_and_other_corners_match_eager() -> None:
+    """masked_fill(-inf) before a softmax (where() blends its branches, so -inf must enter as the largest finite
+    value, not make NaN), any() of negative values, and rsub with alpha."""
+    class Corners(torch.nn.Module):
+        def forward(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            mask = torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool).triu(1)
+            probs = s.masked_fill(mask, float("-inf")).softmax(-1)
+            return probs, (s - 5.0).any(dim=-1), torch.rsub(s, 2.0, alpha=3.0)
+    module, s = Corners(), torch.randn(3, 8, 8)
+    program = from_torch(module, (s,), profile=False, **QUICK)
+    s = torch.randn(3, 8, 8)
+    for ours, theirs in zip(program(s), module(s)):
+        assert torch.isfinite(ours.float()).all() and _relative(ours.double(), theirs.double()) < 1e-6
+
+
+def test_fused_attention_flags_are_read_by_name_not_position() -> None:
+    """torch leaves trailing defaults out of a recorded call: (q, k, v, None, True) to the memory-efficient kernel
+    sets compute_log_sumexp, not is_causal, so the attention must not be masked."""
+    import tensorsmith as ts
+    from tensorsmith.torch_import import _attention
+    g = ts.Graph("fused")
+    q, k, v = (g.input(name, (1, 2, 4, 8), "float32") for name in "qkv")
+
+    class Recorded:
+        target = torch.ops.aten._scaled_dot_product_efficient_attention.default
+    g.output("y", _attention(Recorded(), q, k, v, None, True)[0])
+    x = {name: np.random.default_rng(i).standard_normal((1, 2, 4, 8)).astype(np.float32) for i, name in enumerate("qkv")}
+    expected = F.scaled_dot_product_attention(*(torch.from_numpy(x[n]) for n in "qkv"), is_causal=False)
+    assert _relative(torch.from_numpy(ts.evaluate(g, x)["y"]), expected.double()) < 1e-6
