@@ -175,6 +175,7 @@ def test_fused_attention_flags_are_read_by_name_not_position() -> None:
     class Recorded:
         target = torch.ops.aten._scaled_dot_product_efficient_attention.default
     g.output("y", _attention(Recorded(), q, k, v, None, True)[0])
-    x = {name: np.random.default_rng(i).standard_normal((1, 2, 4, 8)).astype(np.float32) for i, name in enumerate("qkv")}
+    x = {name: np.random.default_rng(i).standard_normal((1, 2, 4, 8)).astype(np.float32)
+         for i, name in enumerate("qkv")}
     expected = F.scaled_dot_product_attention(*(torch.from_numpy(x[n]) for n in "qkv"), is_causal=False)
     assert _relative(torch.from_numpy(ts.evaluate(g, x)["y"]), expected.double()) < 1e-6
