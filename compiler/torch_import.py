@@ -113,8 +113,8 @@ def _lower(node: Any, values: dict[str, Any], imported: ImportedModel, unsupport
         return UNLOWERED
     if any(v is UNLOWERED for v in _flatten([*args, *kwargs.values()])):
         return UNLOWERED   # an argument that could not be lowered: its op is reported already
-    args = [_tensor(a, imported, op) if isinstance(a, Folded) else a for a in args]
-    kwargs = {k: _tensor(v, imported, op) if isinstance(v, Folded) else v for k, v in kwargs.items()}
+    args = [_tensors(a, imported, op) for a in args]
+    kwargs = {k: _tensors(v, imported, op) for k, v in kwargs.items()}
     result = lowering(node, *args, **kwargs)
     return _as_exported(result, node.meta.get("val"))
 
@@ -144,6 +144,15 @@ def _tensor(value: Any, imported: ImportedModel, what: str) -> Tensor:
     if flat.numel() > 0 and bool((flat == flat[0]).all()) and not math.isnan(float(flat[0])):
         return constant(finite(flat[0].item(), dtype), tuple(tensor.shape), dtype)
     return imported.bind("folded", tensor.detach(), tuple(tensor.shape), dtype)
+
+
+def _tensors(value: Any, imported: ImportedModel, what: str) -> Any:
+    """`value` with every folded tensor in it (a list's too, as cat's) made a Tensor."""
+    if isinstance(value, Folded):
+        return _tensor(value, imported, what)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_tensors(v, imported, what) for v in value)
+    return value
 
 
 def _resolve(value: Any, values: dict[str, Any]) -> Any:

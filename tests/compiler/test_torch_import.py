@@ -151,12 +151,13 @@ def test_a_small_hugging_face_model_matches_eager(family: str) -> None:
 
 def test_a_mask_filled_with_minus_infinity_and_other_corners_match_eager() -> None:
     """masked_fill(-inf) before a softmax (where() blends its branches, so -inf must enter as the largest finite
-    value, not make NaN), any() of negative values, and rsub with alpha."""
+    value, not make NaN), any() of negative values, rsub with alpha, and a folded tensor among cat's inputs."""
     class Corners(torch.nn.Module):
         def forward(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             mask = torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool).triu(1)
             probs = s.masked_fill(mask, float("-inf")).softmax(-1)
-            return probs, (s - 5.0).any(dim=-1), torch.rsub(s, 2.0, alpha=3.0)
+            ramp = torch.arange(s.shape[-1], dtype=s.dtype).expand(s.shape[0], 1, s.shape[-1])   # folded, in a cat
+            return probs, (s - 5.0).any(dim=-1), torch.cat([torch.rsub(s, 2.0, alpha=3.0), ramp], dim=1)
     module, s = Corners(), torch.randn(3, 8, 8)
     program = from_torch(module, (s,), profile=False, **QUICK)
     s = torch.randn(3, 8, 8)
