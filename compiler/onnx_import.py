@@ -69,7 +69,7 @@ def import_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None,
     if unsupported:
         listed = "; ".join(f"{op} (node {where})" for op, where in unsupported.items())
         raise OnnxImportError(f"the ONNX model uses ops tensorsmith cannot lower yet: {listed}")
-    for position, output in enumerate(proto.graph.output):
+    for output in proto.graph.output:
         out = identifier(output.name) if len(proto.graph.output) > 1 else "y"
         imported.graph.output(out, known.tensor(values[output.name], f"output {output.name}"))
         imported.outputs.append(out)
