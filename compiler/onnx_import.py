@@ -112,7 +112,10 @@ def _node_values(node: Any, values: dict[str, Any], known: _Known, unsupported: 
     if any(v is UNLOWERED for v in inputs):
         return [UNLOWERED] * len(node.output)
     if node.op_type == "Shape":     # static shapes: known at import even for a computed tensor
-        shape = np.array(inputs[0].shape, dtype=np.int64)
+        source = inputs[0]
+        if source is None:
+            raise OnnxImportError(f"Shape node {node.name or node.output[0]!r} has no input")
+        shape = np.array(source.shape, dtype=np.int64)
         return [shape[attrs.get("start", 0):attrs.get("end", None)]]
     if not any(isinstance(v, Tensor) for v in inputs):
         return _folded(node, inputs)
