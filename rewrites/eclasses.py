@@ -26,9 +26,11 @@ from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 
 TERM_SORT = "TExpr"
-# higher-level constructors that later stages match on; they have no Node of their own (extraction gives
-# them infinite cost, and building one raises ExtractionError)
+# higher-level constructors that later stages match on. MatMul is built as the primitive contraction it stands
+# for (`node_of`); OnlineSoftmax has no Node of its own (extraction gives it infinite cost, and building one
+# raises ExtractionError)
 PATTERN_OPS = frozenset({"MatMul", "OnlineSoftmax"})
+UNBUILT_PATTERNS = frozenset({"OnlineSoftmax"})
 
 
 class ExtractionError(TensorsmithError, ValueError):
@@ -158,7 +160,12 @@ def cheapest(classes: EClasses, cost: Callable[[ENode], float]) -> dict[int, ENo
 
 
 def node_of(enode: ENode, srcs: list[Node], graph: Graph) -> Node:
-    """The Node for one e-node, built by the checked primitives (shapes and dtypes re-inferred)."""
+    """The Node for one e-node, built by the checked primitives (shapes and dtypes re-inferred); a MatMul as
+    sum(expand(a, shape) * expand(b, shape), axis), the contraction it was recognised from or derived as."""
+    if enode.op == "MatMul":
+        shape, axis = enode.lits
+        product = P.binary(Op.MUL, P.expand(srcs[0], shape), P.expand(srcs[1], shape))  # type: ignore[arg-type]
+        return P.reduce(Op.SUM, product, axis)  # type: ignore[arg-type]
     op, lits = OPS[enode.op], enode.lits
     if op == Op.INPUT:
         name, shape, dtype = lits
@@ -224,7 +231,7 @@ def build_graph(classes: EClasses, choice: Mapping[int, ENode], graph: Graph) ->
 
 def _build_node(classes: EClasses, c: int, enode: ENode, srcs: list[Node], graph: Graph) -> Node:
     """node_of, with a refusal turned into an ExtractionError that says where in the e-graph it came from."""
-    if enode.op in PATTERN_OPS:
+    if enode.op in UNBUILT_PATTERNS:
         raise ExtractionError(f"e-class {c}: {enode.op} is a pattern node with no primitive form; extraction "
                               "must give it infinite cost")
     try:

@@ -15,7 +15,7 @@ from .proofs import Claim
 from .term import TExpr
 
 Model = Literal["ieee", "real", "index"]
-Stage = Literal["algebra", "reassociate", "patterns"]
+Stage = Literal["algebra", "reassociate", "patterns", "contractions"]
 Derive = Callable[[EClasses], list[tuple[TExpr, TExpr]]]
 
 

@@ -16,7 +16,8 @@ Saturation is staged (`STAGES`): "algebra" (identities, commutativity, views, fo
 sum and max) runs to saturation or its iteration limit; then "reassociate" (associativity, distribution,
 exp2 splitting, which grow the e-graph exponentially) runs a couple of iterations under a growth limit of its
 own, rolled back if crossed; then "patterns" (matmul, RMSNorm into matmul, online softmax) recognises the
-forms the later stages match on. (The fusion stage of issue 3 is not built yet.) A rule's `derive` pass
+forms the later stages match on; then "contractions" (matmul associativity, factoring and distribution over a
+sum) rewrites those MatMul terms under a growth limit. (The fusion stage of issue 3 is not built yet.) A rule's `derive` pass
 (constant folding) runs after every egglog call of its stage. The report has every call, tagged with its stage,
 and how often each rule matched.
 """
@@ -62,6 +63,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("algebra", DEFAULT_ITERATIONS),
     Stage("reassociate", 2, max_growth=3.0),
     Stage("patterns", 4),
+    Stage("contractions", 4, max_growth=4.0),
 )
 
 

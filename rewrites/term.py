@@ -35,6 +35,7 @@ LET_DIGITS = 9           # every global's name ends in a number of exactly LET_D
 
 # Constructor costs (egglog's own extraction and `constructor_cost`): views nearly free, reductions twice.
 LEAF_COST, VIEW_COST, ELEMENTWISE_COST, REDUCE_COST = 1, 1, 10, 20
+CONTRACTION_COST = REDUCE_COST + ELEMENTWISE_COST + 2 * VIEW_COST   # a MatMul: what its primitive form costs
 
 
 class TExpr(Expr, egg_sort="TExpr"):
@@ -132,10 +133,11 @@ def Contiguous(x: TExpr) -> TExpr: ...
 
 
 # patterns: higher-level forms that later stages match on -----------------------------------------
-# Each equals a primitive expression (the rule that introduces it says which, with its proof). They have no
-# Node of their own yet: extraction gives them infinite cost, so a graph is only ever built from primitives.
+# Each equals a primitive expression (the rule that introduces it says which, with its proof). A MatMul is
+# built as that expression (eclasses.node_of); OnlineSoftmax has no Node of its own yet: extraction gives it
+# infinite cost, so a graph is only ever built from primitives.
 
-@function(egg_fn="MatMul", cost=REDUCE_COST)
+@function(egg_fn="MatMul", cost=CONTRACTION_COST)
 def MatMul(a: TExpr, b: TExpr, shape: Vec[i64], axis: i64Like) -> TExpr:
     """sum(expand(a, shape) * expand(b, shape), axis): a contraction recognised as a matmul."""
 
@@ -233,7 +235,8 @@ CONSTRUCTORS: dict[str, Callable[..., TExpr]] = {
 }
 LEAVES, VIEWS, REDUCTIONS = {"Input", "Const", "Iota"}, {"Reshape", "Permute", "Expand", "Slice", "Pad"}, {"Sum", "Max"}
 COSTS: dict[str, float] = {name: LEAF_COST if name in LEAVES else VIEW_COST if name in VIEWS
-                           else REDUCE_COST if name in REDUCTIONS else math.inf if name in PATTERN_OPS
+                           else REDUCE_COST if name in REDUCTIONS else CONTRACTION_COST if name == "MatMul"
+                           else math.inf if name in PATTERN_OPS
                            else ELEMENTWISE_COST for name in CONSTRUCTORS}
 assert set(CONSTRUCTORS) == set(OPS) | PATTERN_OPS, "every constructor is read back by eclasses, and only those"
 

@@ -81,7 +81,7 @@ def _schedule_beam(space: CandidateSpace, boundaries: Boundaries, cfg: BeamConfi
                                                          option.ranks))[:cfg.schedules_per_kernel]]
         grown.sort(key=lambda item: (item[0] + rest, [str(s) for s in item[2]]))
         partial = grown[:cfg.width]
-    return [(spent, Candidate(boundaries, chosen)) for _, spent, chosen in partial]
+    return [(spent, Candidate(boundaries, chosen, space.form)) for _, spent, chosen in partial]
 
 
 def _top(scores: dict[Boundaries, float], width: int) -> list[Boundaries]:

@@ -1,10 +1,12 @@
 """search_program: from a graph to the fastest verified KernelProgram the search can find in its budget.
 
-The strategy, in order:
-1. beam search over kernel boundaries and schedules, scored by the cost model (`beam.py`);
-2. MCTS over the beam's boundary sets and their neighbours (`mcts.py`), rewarded by `measure` where the
-   caller gives one (a GPU is present) and by the cost model otherwise; with `measure`, the beam's first
-   candidate is measured before MCTS starts, since a measured candidate outranks every unmeasured one;
+The search is given one graph, or several equivalent ones (`forms`: the programs extraction took from the e-graph,
+search/extract.py), each partitioned in a space of its own. The strategy, in order:
+1. beam search over kernel boundaries and schedules of each form, scored by the cost model (`beam.py`);
+2. MCTS whose first move chooses a form and its boundaries, among each form's beam frontier and the neighbours of
+   the best (`mcts.py`), rewarded by `measure` where the caller gives one (a GPU is present) and by the cost model
+   otherwise; with `measure`, each form's best candidate by the model is measured before MCTS starts (the first
+   form's first), since a measured candidate outranks every unmeasured one;
 3. the ranked candidates (measured time first where there is one, else the model's rank) are checked in turn:
    Z3 abstract expression (already applied to every boundary set the search scored), then random tests
    (`verify_program`, with a large-magnitude draw for softmax-like graphs); the first that passes wins.
@@ -24,7 +26,7 @@ import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from tensorsmith.ir.errors import KernelFault
 from tensorsmith.ir.graph import Graph
@@ -35,10 +37,10 @@ from .beam import BeamConfig, beam
 from .cost import program_seconds
 from .exact import MAX_WORK as EXACT_MAX_WORK
 from .exact import check_exact, evaluation_size
-from .mcts import MCTSConfig, mcts
+from .mcts import MCTSConfig, Root, mcts
 from .partition import partition, unfused
 from .prune import AbstractChecker
-from .space import Boundaries, Candidate, CandidateSpace
+from .space import Boundaries, Candidate, CandidateSpace, SpaceStats
 from .verify import Check, Draw, NoiseOnlyError, VerificationError, reference_draw, softmax_like, verify_program
 
 log = logging.getLogger(__name__)
@@ -99,6 +101,7 @@ class SearchResult:
     measured_us: float | None
     history: list[dict[str, Any]]
     stats: SearchStats
+    form: int = 0                    # which of the forms the winner partitions (0: the graph searched first)
     greedy_us: float = math.nan      # the greedy partition at codegen's default schedules, predicted
     unfused_us: float = math.nan     # one kernel per op at default schedules, predicted
     checks: list[Check] = field(default_factory=list)   # the winner's random tests against the reference graph
@@ -112,7 +115,7 @@ class SearchResult:
 class _Run:
     """The mutable state of one search: the space, what was tried, the clock."""
 
-    space: CandidateSpace
+    spaces: list[CandidateSpace]   # one per form
     graph: Graph              # what candidates are random-tested against: the caller's reference graph
     seed: int
     cfg: SearchConfig
@@ -123,9 +126,9 @@ class _Run:
     predicted: dict[Candidate, float] = field(default_factory=dict)
     measured: dict[Candidate, float] = field(default_factory=dict)
     rejected: dict[Candidate, str] = field(default_factory=dict)    # verdicts of candidates measure refused
-    verdicts: dict[Boundaries, bool] = field(default_factory=dict)
-    noisy: list[Boundaries] = field(default_factory=list)   # failed only for matching within rounding noise, in order
-    checks: dict[Boundaries, list[Check]] = field(default_factory=dict)   # the last ordinary draw's, where they pass
+    verdicts: dict[Key, bool] = field(default_factory=dict)
+    noisy: list[Key] = field(default_factory=list)   # failed only for matching within rounding noise, in order
+    checks: dict[Key, list[Check]] = field(default_factory=dict)   # the last ordinary draw's, where they pass
     draws: dict[int, Draw | None] = field(default_factory=dict)   # verify_program's memo: inputs, reference per draw
     history: list[dict[str, Any]] = field(default_factory=list)
     stats: SearchStats = field(default_factory=SearchStats)
@@ -135,7 +138,7 @@ class _Run:
             return
         self.predicted[candidate] = seconds
         self.stats.enumerated += 1
-        self.history.append({"name": f"candidate {len(self.history)}", "description": self.space.describe(candidate),
+        self.history.append({"name": f"candidate {len(self.history)}", "description": self.describe(candidate),
                              "predicted_us": seconds * 1e6, "measured_us": None, "verdict": "scored"})
         self._entry[candidate] = self.history[-1]
         self.report()
@@ -146,14 +149,15 @@ class _Run:
         on up to `max_draws`, which `_choose` asks only where no candidate passed outright (so that of two right
         programs the one that shows itself within the dtypes' tolerance wins, not one that rounds more), and accepts
         it if still only within noise where the exact check shows it right."""
-        boundaries = candidate.boundaries
+        boundaries = key(candidate)
         if more_draws and boundaries in self.noisy:
             del self.verdicts[boundaries]
         if boundaries not in self.verdicts:
             draws = self.draws_that_fit()
             self.stats.draws_cut += draws < self.cfg.verify_draws
             try:
-                self.checks[boundaries] = verify_program(self.graph, self.space.build(candidate), self.seed, draws,
+                self.checks[boundaries] = verify_program(self.graph, self.space_of(candidate).build(candidate),
+                                                         self.seed, draws,
                                                          large=True, memo=self.draws,
                                                          max_draws=self.cfg.max_draws if more_draws else draws)
                 self.verdicts[boundaries] = True
@@ -181,10 +185,11 @@ class _Run:
         """Whether the candidate's program computes its graph's function over the prime field (exact.py): what shows
         right a program whose outputs the float check cannot judge (they are all rounding noise, as a mean of
         normalised values is). False where the check is too large to make."""
-        if evaluation_size(self.space.graph) > EXACT_MAX_WORK:
+        space = self.space_of(candidate)
+        if evaluation_size(space.graph) > EXACT_MAX_WORK:
             return False
         try:
-            check_exact(self.space.graph, self.space.build(candidate), self.seed)
+            check_exact(space.graph, space.build(candidate), self.seed)
         except VerificationError:
             return False
         self.stats.shown_exactly += 1
@@ -200,7 +205,7 @@ class _Run:
 
     def evaluate(self, candidate: Candidate) -> float | None:
         """MCTS's reward: measured seconds of a verified candidate, or the cost model's without `measure`."""
-        seconds = self.space.seconds(candidate)
+        seconds = self.space_of(candidate).seconds(candidate)
         self.score(candidate, seconds)
         if self.measure is None:
             return seconds
@@ -208,7 +213,7 @@ class _Run:
             return None
         if candidate not in self.measured:
             try:
-                seconds = float(self.measure(self.space.build(candidate)))
+                seconds = float(self.measure(self.space_of(candidate).build(candidate)))
             except KernelFault as err:
                 self.reject(candidate, err.verdict, str(err))
                 return None
@@ -235,20 +240,37 @@ class _Run:
             return
         best = min(self.measured.values(), default=None) if self.measured else min(self.predicted.values(),
                                                                                     default=None)
-        space = self.space.stats
+        space = self.spaces[0].stats
         self.progress(SearchProgress(self.stats.enumerated, space.pruned_schedule_z3 + space.pruned_expression_z3,
                                      self.stats.verified, best * 1e6 if best is not None else None,
                                      len(self.rejected)))
+
+    def space_of(self, candidate: Candidate) -> CandidateSpace:
+        return self.spaces[candidate.form]
+
+    def describe(self, candidate: Candidate) -> str:
+        text = self.space_of(candidate).describe(candidate)
+        return f"form {candidate.form}, {text}" if len(self.spaces) > 1 else text
 
     def __post_init__(self) -> None:
         self._entry: dict[Candidate, dict[str, Any]] = {}
 
 
+Key = tuple[int, Boundaries]   # a boundary set of one form: what a random test's verdict is kept by
+
+
+def key(candidate: Candidate) -> Key:
+    """Random tests run on the numpy executor, which ignores schedules: a verdict holds for the boundary set."""
+    return candidate.form, candidate.boundaries
+
+
 def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float = 60.0, seed: int = 0,
                    measure: Measure | None = None, progress: Callable[[SearchProgress], None] | None = None,
                    config: SearchConfig | None = None, reference: Graph | None = None,
-                   draws: dict[int, Draw | None] | None = None, reference_s: float | None = None) -> SearchResult:
-    """The fastest verified KernelProgram for `graph` that the search finds within `budget_s` seconds.
+                   draws: dict[int, Draw | None] | None = None, reference_s: float | None = None,
+                   forms: Sequence[Graph] = ()) -> SearchResult:
+    """The fastest verified KernelProgram for `graph`, or for one of `forms` (graphs equivalent to it, with its inputs
+    and outputs), that the search finds within `budget_s` seconds; `result.form` says which (0: `graph`).
 
     Candidates are random-tested against `reference` (default `graph`): a graph with the same inputs and outputs
     that `graph` was rewritten from, such as the user's, whose tests of the winner the compiler then keeps.
@@ -264,19 +286,27 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     start = time.monotonic()
     target = get_target(target) if isinstance(target, str) else target
     cfg = config or SearchConfig(BeamConfig(seed=seed), MCTSConfig(seed=seed))
-    space = CandidateSpace(graph, target, AbstractChecker())
-    run = _Run(space, reference or graph, seed, cfg, start + budget_s, start + budget_s, measure, progress,
+    checker, stats = AbstractChecker(), SpaceStats()
+    spaces = [CandidateSpace(g, target, checker, stats, form) for form, g in enumerate([graph, *forms])]
+    run = _Run(spaces, reference or graph, seed, cfg, start + budget_s, start + budget_s, measure, progress,
                draws=draws if draws is not None else {})
     run.deadline -= _verification_reserve(run, budget_s, reference_s)
-    ranked = beam(space, cfg.beam, run.deadline, run.score)
-    if measure is not None and ranked and time.monotonic() < run.deadline:   # the model's choice (codegen's measured
-        run.evaluate(ranked[0][1])   # defaults where near) first: a candidate MCTS measures wins only by being faster
-    roots = _mcts_roots(space, ranked, run.deadline)
+    ranked = []
+    for form, space in enumerate(spaces):    # the first form is given the time it needs; the others what is left
+        share = run.deadline if form == 0 else min(run.deadline, time.monotonic() + (run.deadline - time.monotonic())
+                                                   / (len(spaces) - form))
+        ranked.append(beam(space, cfg.beam, share, run.score) if form == 0 or time.monotonic() < share else [])
+    if measure is not None:   # each form's choice by the model (codegen's measured defaults where near) first: a
+        for found in ranked:  # candidate MCTS measures wins only by being faster
+            if found and time.monotonic() < run.deadline:
+                run.evaluate(found[0][1])
+    roots = _mcts_roots(spaces, ranked, run.deadline)
     if roots and time.monotonic() < run.deadline:
-        mcts(space, roots, run.evaluate, cfg.mcts, run.deadline)
-    greedy = _greedy_candidate(space)
-    if greedy is not None:
-        run.score(greedy, space.seconds(greedy))
+        mcts(spaces, roots, run.evaluate, cfg.mcts, run.deadline)
+    for space in spaces:
+        greedy = _greedy_candidate(space)
+        if greedy is not None:
+            run.score(greedy, space.seconds(greedy))
     winner = _choose(run)
     result = _result(run, winner, start)
     result.stats.budget_hit = time.monotonic() > start + budget_s
@@ -299,23 +329,30 @@ def _verification_reserve(run: _Run, budget_s: float, known_s: float | None = No
     return min(reserve, (1.0 - MIN_SEARCH_SHARE) * budget_s)
 
 
-def _mcts_roots(space: CandidateSpace, ranked: list[tuple[float, Candidate]], deadline: float) -> list[Boundaries]:
-    """The beam's best boundary set; then the greedy partition and the one with computed matmul operands
-    materialised, whichever the beam did not rank first (the model may misjudge which of fusing an operand's
-    computation into the matmul or giving it a kernel is faster, so both are measured early); then the beam's other
-    sets, and up to NEIGHBOUR_ROOTS sets one move from its best (those found by `deadline`)."""
-    roots = list(dict.fromkeys(candidate.boundaries for _, candidate in ranked))
+def _mcts_roots(spaces: list[CandidateSpace], ranked: list[list[tuple[float, Candidate]]],
+                deadline: float) -> list[Root]:
+    """Per form, best form first by the model (its best candidate's rank): the beam's best boundary set; then the
+    greedy partition and the one with computed matmul operands materialised, whichever the beam did not rank first
+    (the model may misjudge which of fusing an operand's computation into the matmul or giving it a kernel is
+    faster, so both are measured early); then the beam's other sets. Last, up to NEIGHBOUR_ROOTS sets one move from
+    the best form's best (those found by `deadline`)."""
+    order = sorted((form for form in range(len(spaces)) if ranked[form]),
+                   key=lambda form: (spaces[form].rank(ranked[form][0][1]), form))
+    roots: list[Root] = []
+    for form in order:
+        space, sets = spaces[form], list(dict.fromkeys(candidate.boundaries for _, candidate in ranked[form]))
+        shapes = [b for b in (space.greedy(), space.operands_materialised()) if space.expression_ok(b)]
+        roots += [(form, b) for b in dict.fromkeys([sets[0], *shapes, *sets[1:]])]
     if roots:
-        forms = [b for b in (space.greedy(), space.operands_materialised()) if space.expression_ok(b)]
-        roots = list(dict.fromkeys([roots[0], *forms, *roots[1:]]))
-        near: list[Boundaries] = []
-        for b in space.neighbours(roots[0], deadline):
+        form, best = roots[0]
+        near: list[Root] = []
+        for b in spaces[form].neighbours(best, deadline):
             if len(near) == NEIGHBOUR_ROOTS or time.monotonic() > deadline:
                 break
-            if b not in roots and space.expression_ok(b):
-                near.append(b)
+            if (form, b) not in roots and spaces[form].expression_ok(b):
+                near.append((form, b))
         roots += near
-    return roots
+    return list(dict.fromkeys(roots))
 
 
 NEIGHBOUR_ROOTS = 4
@@ -326,7 +363,7 @@ def _greedy_candidate(space: CandidateSpace) -> Candidate | None:
     options = [space.options(greedy, p) for p in range(len(space.program(greedy).kernels))]
     if any(not o.schedules for o in options):
         return None
-    return Candidate(greedy, tuple(o.schedules[0] for o in options))
+    return Candidate(greedy, tuple(o.schedules[0] for o in options), space.form)
 
 
 def _choose(run: _Run) -> Candidate:
@@ -334,22 +371,23 @@ def _choose(run: _Run) -> Candidate:
     (its predicted time, schedules other than codegen's defaults counted DEFAULT_MARGIN slower)."""
     def rank(candidate: Candidate) -> tuple:
         measured = run.measured.get(candidate)
-        return (0 if measured is not None else 1, measured if measured is not None else run.space.rank(candidate),
+        return (0 if measured is not None else 1,
+                measured if measured is not None else run.space_of(candidate).rank(candidate), candidate.form,
                 sorted(candidate.boundaries), [str(s) for s in candidate.schedules])
 
     tried = 0
     for candidate in sorted(run.predicted, key=rank):
-        if run.verdicts.get(candidate.boundaries) is False or candidate in run.rejected:
+        if run.verdicts.get(key(candidate)) is False or candidate in run.rejected:
             continue
-        if not run.space.expression_ok(candidate.boundaries):
+        if not run.space_of(candidate).expression_ok(candidate.boundaries):
             continue
         if run.verify(candidate):
             return candidate
         tried += 1
         if tried >= run.cfg.max_verified:
             break
-    best = {c.boundaries: c for c in sorted(run.predicted, key=rank)[::-1] if c not in run.rejected}   # per set
-    noisy = sorted(run.noisy, key=lambda b: rank(best[b]))[:run.cfg.max_verified]   # none passed outright: those
+    best = {key(c): c for c in sorted(run.predicted, key=rank)[::-1] if c not in run.rejected}   # per set
+    noisy = sorted(run.noisy, key=lambda k: rank(best[k]))[:run.cfg.max_verified]   # none passed outright: those
     for boundaries in noisy:                                                        # within noise, best first
         if run.verify(best[boundaries], more_draws=True):
             return best[boundaries]
@@ -358,7 +396,7 @@ def _choose(run: _Run) -> Candidate:
 
 
 def _result(run: _Run, winner: Candidate, start: float) -> SearchResult:
-    space, stats = run.space, run.stats
+    space, stats = run.spaces[0], run.stats
     stats.boundary_sets = space.stats.boundary_sets
     stats.pruned_schedule_z3 = space.stats.pruned_schedule_z3
     stats.pruned_expression_z3 = space.stats.pruned_expression_z3
@@ -368,8 +406,9 @@ def _result(run: _Run, winner: Candidate, start: float) -> SearchResult:
     stats.render_failed = space.stats.render_failed
     stats.seconds = time.monotonic() - start
     run._entry[winner]["verdict"] = "winner"
-    return SearchResult(space.build(winner), run.predicted[winner] * 1e6,
+    return SearchResult(run.space_of(winner).build(winner), run.predicted[winner] * 1e6,
                         run.measured[winner] * 1e6 if winner in run.measured else None, run.history, stats,
+                        form=winner.form,
                         greedy_us=program_seconds(partition(space.graph), space.target) * 1e6,
                         unfused_us=program_seconds(unfused(space.graph), space.target) * 1e6,
-                        checks=run.checks[winner.boundaries])
+                        checks=run.checks[key(winner)])

@@ -1,53 +1,173 @@
-"""Extraction: the cheapest program in a saturated e-graph, by a simple per-op cost.
+"""Extraction: programs out of a saturated e-graph, priced by their work on the target.
 
-Views cost almost nothing (they are free until materialised), elementwise ops one unit, reductions two;
-the cost of a term is the sum over its tree (a shared subterm counts once per use). This is the
-placeholder for the search proper (beam search and MCTS over the same e-class tables).
+The cost of an e-node is the time its arithmetic takes on the target (ir/targets.py) at its shapes: an elementwise
+op one FP32 operation per element (a transcendental TRANSCENDENTAL_FLOPS), a reduction one per element it reads, a
+MatMul 2 m k n operations at the tensor cores' rate where its operands are 16-bit (else at the FP32 rate), views
+and leaves nothing but a tie-breaking VIEW_S. So a contraction is chosen as a MatMul (built as the primitive
+contraction, which partition and codegen recognise) rather than as a broadcast product, and of two forms the one
+with fewer operations at these shapes: (a @ b) @ c or a @ (b @ c) by their FLOPs.
 
-Pattern nodes (MatMul, OnlineSoftmax) cost infinity: partition lowers only primitives and views, and every
-pattern's e-class also holds the primitive form it was recognised from, so that form is chosen. A graph
-whose extraction fails raises `ExtractionError` (rewrites/eclasses.py); there is no fallback to the input
-graph, which would hide an unsound rule. (Where saturation itself caught a rule merging two shapes, its report says
-"conflict" and its e-graph is already the input graph's.)
+That estimate cannot see fusion, memory traffic or the prologue that a matmul with a computed operand runs on
+mma.sync; the search's cost model and the GPU can. So `extract_forms` returns, beside the cheapest program, the
+programs one e-class choice away from it (each with one other e-node in one e-class of the cheapest, ordered by how
+much the estimate grows), distinct, at most `MAX_FORMS` in all: the search prices each form's kernels and chooses
+among them (search/engine.py). A graph whose extraction fails raises `ExtractionError` (rewrites/eclasses.py);
+there is no fallback to the input graph, which would hide an unsound rule. (Where saturation itself caught a rule
+merging two shapes, its report says "conflict" and its e-graph is already the input graph's.)
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import time
+from dataclasses import dataclass
+from typing import Callable
 
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
-from tensorsmith.rewrites.eclasses import EClasses, ENode, cheapest
+from tensorsmith.ir.targets import Target, get_target
+from tensorsmith.rewrites.eclasses import EClasses, ENode, build_graph, cheapest, read_eclasses
 from tensorsmith.rewrites.saturate import Saturated
-from tensorsmith.rewrites.term import from_egglog
 
-VIEW, ELEMENTWISE, REDUCTION, LEAF = 0.1, 1.0, 2.0, 0.1
-OP_COSTS: dict[str, float] = {
-    "Input": LEAF, "Const": LEAF, "Iota": LEAF,
-    "Reshape": VIEW, "Permute": VIEW, "Expand": VIEW, "Slice": VIEW, "Pad": VIEW,
-    "Sum": REDUCTION, "Max": REDUCTION,
-    "Exp2": ELEMENTWISE, "Log2": ELEMENTWISE, "Sin": ELEMENTWISE, "Sqrt": ELEMENTWISE, "Recip": ELEMENTWISE,
-    "Add": ELEMENTWISE, "Mul": ELEMENTWISE, "Mod": ELEMENTWISE, "LessThan": ELEMENTWISE,
-    "Cast": ELEMENTWISE, "Contiguous": ELEMENTWISE,
-    "MatMul": math.inf, "OnlineSoftmax": math.inf,   # no primitive Node yet: never chosen
-}
+from .cost import TRANSCENDENTAL_FLOPS
 
-
-def op_cost(enode: ENode) -> float:
-    """The cost of one e-node by its constructor."""
-    return OP_COSTS[enode.op]
+VIEW_S = 1e-15            # a view or a leaf: free, but fewer of them is the tidier program
+LEAVES = frozenset({"Input", "Const", "Iota"})
+VIEWS = frozenset({"Reshape", "Permute", "Expand", "Slice", "Pad"})
+TRANSCENDENTAL = frozenset({"Exp2", "Log2", "Sin", "Sqrt", "Recip"})
+TENSOR_CORE_DTYPES = frozenset({"float16", "bfloat16"})
+MAX_FORMS = 4             # programs the search is given: the cheapest and up to three one choice away
+MAX_ALTERNATIVES = 64     # one-choice alternatives built (and deduplicated) to find them
+FORMS_SECONDS = 2.0       # at most this long spent building alternatives
 
 
-def choose_cheapest(classes: EClasses) -> dict[int, ENode]:
-    """The e-node of least total `op_cost` in each e-class."""
-    return cheapest(classes, op_cost)
+@dataclass(frozen=True)
+class Form:
+    """One program of the e-graph: its graph, the estimate it was chosen by (seconds of arithmetic on the target,
+    each shared term once), and how it differs from the cheapest ("" for the cheapest itself)."""
+
+    graph: Graph
+    seconds: float
+    change: str = ""
 
 
-def extract(saturated: Saturated) -> Graph:
+def term_cost(classes: EClasses, target: Target) -> Callable[[ENode], float]:
+    """The seconds of arithmetic one e-node costs on `target` at the shapes the analysis gave its e-classes."""
+    def elements(c: int) -> int:
+        return math.prod(classes.shapes.get(c, ()))
+
+    def cost(enode: ENode) -> float:
+        if enode.op in LEAVES or enode.op in VIEWS:
+            return VIEW_S
+        if enode.op == "OnlineSoftmax":
+            return math.inf   # no primitive Node yet: never chosen
+        if enode.op == "MatMul":
+            tensor_cores = classes.dtypes.get(enode.children[0]) in TENSOR_CORE_DTYPES
+            rate = target.wgmma_flops if tensor_cores else target.fp32_flops
+            return 2 * math.prod(enode.lits[0]) / rate  # type: ignore[arg-type]
+        ops = TRANSCENDENTAL_FLOPS if enode.op in TRANSCENDENTAL else 1
+        return ops * elements(enode.children[0]) / target.fp32_flops
+    return cost
+
+
+def extract(saturated: Saturated, target: Target | str = "sm90") -> Graph:
     """The cheapest program of the saturated e-graph, as a new Graph with the original's inputs and outputs."""
-    chosen = from_egglog(saturated.egraph, saturated.roots, saturated.graph, choose=choose_cheapest)
-    return carry_locations(saturated.graph, chosen)
+    return extract_forms(saturated, target, max_forms=1)[0].graph
+
+
+def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms: int = MAX_FORMS,
+                  seconds: float = FORMS_SECONDS) -> list[Form]:
+    """The cheapest program, then distinct programs one e-class choice away from it, cheapest first (`Form`)."""
+    target = get_target(target) if isinstance(target, str) else target
+    classes = read_eclasses(saturated.egraph, saturated.roots)
+    cost = term_cost(classes, target)
+    best = cheapest(classes, cost)
+    base = carry_locations(saturated.graph, build_graph(classes, best, saturated.graph))
+    forms = [Form(base, dag_seconds(classes, best, cost))]
+    seen = {base.structural_hash()}
+    end = time.monotonic() + seconds
+    for _, c, enode in _alternatives(classes, best, cost)[:MAX_ALTERNATIVES]:
+        if len(forms) >= max_forms or time.monotonic() > end:
+            break
+        choice = {**best, c: enode}
+        try:
+            graph = carry_locations(saturated.graph, build_graph(classes, choice, saturated.graph))
+        except ValueError:       # the other e-node's cheapest children lead back to its own e-class
+            continue
+        key = graph.structural_hash()
+        if key not in seen:
+            seen.add(key)
+            forms.append(Form(graph, dag_seconds(classes, choice, cost),
+                              f"{best[c].op} -> {enode.op} at e-class {c} ({_shape_text(classes, c)})"))
+    return forms
+
+
+def dag_seconds(classes: EClasses, choice: dict[int, ENode], cost: Callable[[ENode], float]) -> float:
+    """The cost of the program `choice` gives, each e-class it uses counted once."""
+    return sum(cost(choice[c]) for c in _reachable(classes, choice))
+
+
+def _reachable(classes: EClasses, choice: dict[int, ENode]) -> list[int]:
+    """The e-classes the chosen program uses, each once, roots first."""
+    order: list[int] = []
+    seen: set[int] = set()
+    stack = list(classes.roots.values())
+    while stack:
+        c = stack.pop()
+        if c in seen or c not in choice:
+            continue
+        seen.add(c)
+        order.append(c)
+        stack.extend(choice[c].children)
+    return order
+
+
+def _alternatives(classes: EClasses, best: dict[int, ENode],
+                  cost: Callable[[ENode], float]) -> list[tuple[float, int, ENode]]:
+    """(growth of the estimate, e-class, e-node) for each other e-node of an e-class the cheapest program uses that
+    computes something else: not a reordering of the same operands, not one view for another."""
+    totals: dict[int, float] = {}
+    for c in reversed(_reachable(classes, best)):
+        totals[c] = cost(best[c]) + sum(totals.get(child, 0.0) for child in best[c].children)
+    found = []
+    for c in _reachable(classes, best):
+        chosen = best[c]
+        for enode in classes.nodes[c]:
+            if enode == chosen or not all(child in best for child in enode.children):
+                continue
+            if enode.op == chosen.op and enode.lits == chosen.lits and sorted(enode.children) == sorted(
+                    chosen.children):
+                continue
+            if enode.op in VIEWS and chosen.op in VIEWS:
+                continue
+            tree = cost(enode) + sum(_tree(classes, best, child, cost, totals) for child in enode.children)
+            if math.isfinite(tree):
+                found.append((tree - totals[c], c, enode))
+    found.sort(key=lambda item: (item[0], item[1], item[2].op))
+    return found
+
+
+def _tree(classes: EClasses, best: dict[int, ENode], c: int, cost: Callable[[ENode], float],
+          totals: dict[int, float]) -> float:
+    """The tree cost of e-class c's cheapest term (memoised in `totals`; iterative, for deep graphs)."""
+    stack = [c]
+    while stack:
+        top = stack[-1]
+        if top in totals:
+            stack.pop()
+            continue
+        pending = [child for child in best[top].children if child not in totals]
+        if pending:
+            stack.extend(pending)
+            continue
+        totals[top] = cost(best[top]) + sum(totals[child] for child in best[top].children)
+        stack.pop()
+    return totals[c]
+
+
+def _shape_text(classes: EClasses, c: int) -> str:
+    return f"{classes.shapes.get(c)} {classes.dtypes.get(c)}"
 
 
 REWRITTEN = "(rewritten)"   # marks a node that only a rewrite made, after the line of the code it serves

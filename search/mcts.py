@@ -1,7 +1,8 @@
 """Monte-Carlo tree search over the same decision tree, rewarded by measured time where a GPU is present.
 
-Level 1 chooses kernel boundaries (among the sets it is given, typically beam search's frontier and its
-neighbours); level i+1 chooses the schedule of kernel i among its `schedules_per_kernel` cheapest feasible
+Level 1 chooses a program form (one of the equivalent graphs extraction gave, search/extract.py: an e-class
+choice) together with its kernel boundaries (among the pairs it is given, typically each form's beam frontier and
+the neighbours of the best); level i+1 chooses the schedule of kernel i among its `schedules_per_kernel` cheapest feasible
 ones. Selection is UCT; a rollout completes the remaining schedules at random (seeded); the reward of a
 full candidate is t_ref / t, where t is what `evaluate` returns (measured seconds, or the cost model's)
 and t_ref the first time seen, so rewards near 1 or above mean "as good as the first candidate or better".
@@ -13,9 +14,11 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from .space import Boundaries, Candidate, CandidateSpace
+
+Root = tuple[int, Boundaries]   # a form (an index into the spaces) and boundaries of its graph
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class MCTSConfig:
 @dataclass
 class _TreeNode:
     boundaries: Boundaries | None
+    form: int = 0
     chosen: tuple = ()
     children: list["_TreeNode"] = field(default_factory=list)
     untried: list = field(default_factory=list)
@@ -37,7 +41,7 @@ class _TreeNode:
     expanded: bool = False
 
 
-def mcts(space: CandidateSpace, roots: list[Boundaries], evaluate: Callable[[Candidate], float | None],
+def mcts(spaces: Sequence[CandidateSpace], roots: list[Root], evaluate: Callable[[Candidate], float | None],
          cfg: MCTSConfig, deadline: float = math.inf) -> dict[Candidate, float | None]:
     """Every full candidate it evaluated, with its time (None where `evaluate` rejected it)."""
     rng = random.Random(cfg.seed)
@@ -50,7 +54,7 @@ def mcts(space: CandidateSpace, roots: list[Boundaries], evaluate: Callable[[Can
         path = [root]
         node = root
         while True:   # select down the tree, expanding the first node with an untried move
-            _expand(space, node, cfg)
+            _expand(spaces, node, cfg)
             if node.untried:
                 move = node.untried.pop(0)
                 child = _child(node, move)
@@ -62,7 +66,7 @@ def mcts(space: CandidateSpace, roots: list[Boundaries], evaluate: Callable[[Can
                 break
             node = max(node.children, key=lambda c: _uct(c, node.visits, cfg.exploration))
             path.append(node)
-        candidate = _rollout(space, node, cfg, rng)
+        candidate = _rollout(spaces, node, cfg, rng)
         if candidate is None:
             reward = 0.0
         else:
@@ -80,14 +84,16 @@ def mcts(space: CandidateSpace, roots: list[Boundaries], evaluate: Callable[[Can
 
 def _child(parent: _TreeNode, move) -> _TreeNode:
     if parent.boundaries is None:
-        return _TreeNode(move)
-    return _TreeNode(parent.boundaries, parent.chosen + (move,))
+        form, boundaries = move
+        return _TreeNode(boundaries, form)
+    return _TreeNode(parent.boundaries, parent.form, parent.chosen + (move,))
 
 
-def _expand(space: CandidateSpace, node: _TreeNode, cfg: MCTSConfig) -> None:
+def _expand(spaces: Sequence[CandidateSpace], node: _TreeNode, cfg: MCTSConfig) -> None:
     if node.expanded or node.boundaries is None:
         return
     node.expanded = True
+    space = spaces[node.form]
     kernels = len(space.program(node.boundaries).kernels)
     if len(node.chosen) < kernels:
         node.untried = list(space.options(node.boundaries, len(node.chosen)).schedules[:cfg.schedules_per_kernel])
@@ -99,9 +105,11 @@ def _uct(child: _TreeNode, parent_visits: int, exploration: float) -> float:
     return child.reward / child.visits + exploration * math.sqrt(math.log(max(1, parent_visits)) / child.visits)
 
 
-def _rollout(space: CandidateSpace, node: _TreeNode, cfg: MCTSConfig, rng: random.Random) -> Candidate | None:
+def _rollout(spaces: Sequence[CandidateSpace], node: _TreeNode, cfg: MCTSConfig,
+             rng: random.Random) -> Candidate | None:
     if node.boundaries is None:
         return None
+    space = spaces[node.form]
     kernels = len(space.program(node.boundaries).kernels)
     chosen = list(node.chosen)
     for position in range(len(chosen), kernels):
@@ -109,4 +117,4 @@ def _rollout(space: CandidateSpace, node: _TreeNode, cfg: MCTSConfig, rng: rando
         if not options:
             return None
         chosen.append(options[rng.randrange(len(options))])
-    return Candidate(node.boundaries, tuple(chosen))
+    return Candidate(node.boundaries, tuple(chosen), node.form)

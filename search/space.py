@@ -39,10 +39,12 @@ Boundaries = frozenset[int]   # positions in graph.nodes() of the nodes that get
 
 @dataclass(frozen=True)
 class Candidate:
-    """One point of the space: kernel boundaries and a schedule per kernel (in kernel order)."""
+    """One point of the space: kernel boundaries and a schedule per kernel (in kernel order), in the program form
+    (`CandidateSpace.form`: which of the search's equivalent graphs) they partition."""
 
     boundaries: Boundaries
     schedules: tuple[Schedule, ...]
+    form: int = 0
 
 
 @dataclass
@@ -71,12 +73,14 @@ class ScheduleOptions:
 
 @dataclass
 class CandidateSpace:
-    """Lazily enumerated, cached candidate programs for one graph and target."""
+    """Lazily enumerated, cached candidate programs for one graph and target; `form` numbers the graph among the
+    equivalent ones a search is given (0: extraction's cheapest)."""
 
     graph: Graph
     target: Target
     checker: AbstractChecker = field(default_factory=AbstractChecker)
     stats: SpaceStats = field(default_factory=SpaceStats)
+    form: int = 0
 
     def __post_init__(self) -> None:
         self.nodes = self.graph.nodes()
@@ -118,9 +122,9 @@ class CandidateSpace:
         first = self._by_structure.setdefault(key, boundaries)
         if first != boundaries:
             self.stats.duplicates += 1
-        else:
-            self._programs.setdefault(boundaries, program)
-            self.stats.boundary_sets = len(self._programs)
+        elif boundaries not in self._programs:
+            self._programs[boundaries] = program
+            self.stats.boundary_sets += 1      # counted, not len(): the search's forms can share one SpaceStats
         self._legal[wanted] = first
         return first
 

@@ -98,7 +98,7 @@ def test_the_time_and_iteration_limits_stop_saturation() -> None:
     capped = saturate(graph, iterations=1)   # at most one iteration in each stage
     assert capped.report.stopped in ("iterations", "saturated")
     assert all(stage.iterations <= 1 for stage in capped.report.stages)
-    assert {name for name, _ in capped.report.stage_stops} == {"algebra", "reassociate", "patterns"}
+    assert {name for name, _ in capped.report.stage_stops} == {"algebra", "reassociate", "patterns", "contractions"}
 
 
 @pytest.mark.parametrize("case", list(CASES))
