@@ -57,6 +57,7 @@ class Compilation:
     target: Target
     saturated: Any = None
     chosen: Graph | None = None
+    forms: list[Any] = field(default_factory=list)   # search.extract.Form: the programs searched, cheapest first
     kernel_program: KernelProgram | None = None
     checks: list[Check] = field(default_factory=list)
     rendered: list[RenderedKernel] = field(default_factory=list)
@@ -95,7 +96,13 @@ def _saturate(c: Compilation) -> None:
 
 
 def _extract(c: Compilation) -> None:
-    c.chosen = search.extract(c.saturated)
+    c.forms = search.extract_forms(c.saturated, c.target)
+    if all(search.canonical_hash(form.graph) != search.canonical_hash(c.graph) for form in c.forms):
+        c.forms.append(search.Form(c.graph, math.nan, WRITTEN))   # the form as written, to be measured against
+    c.chosen = c.forms[0].graph
+
+
+WRITTEN = "as written"
 
 
 def _search(c: Compilation) -> None:
@@ -109,14 +116,15 @@ def _search(c: Compilation) -> None:
         try:
             c.search = _search_chosen(c, measure)
         except VerificationError as err:
-            if c.chosen_graph().structural_hash() == c.graph.structural_hash():
-                raise
+            if any(search.canonical_hash(form.graph) == search.canonical_hash(c.graph) for form in c.forms):
+                raise   # the graph as written was among those searched
             log.warning("the rewritten graph of %r failed random testing (%s); compiling the graph as written",
                         c.graph.name, err)
             c.left_out["rewrites"] = (f"the rewritten graph failed random testing ({err}); the graph as written was"
                                       f" compiled")
-            c.chosen = c.graph
+            c.chosen, c.forms = c.graph, [search.Form(c.graph, math.nan, WRITTEN)]
             c.search = _search_chosen(c, measure)
+    c.chosen = c.forms[c.search.form].graph if c.forms else c.chosen
     c.kernel_program = c.search.program
 
 
@@ -129,7 +137,7 @@ def _search_chosen(c: Compilation, measure: Callable[[KernelProgram], float] | N
         c.reference_s = time.monotonic() - began
     return search.search_program(c.chosen_graph(), c.target, budget, c.options.seed, measure=measure,
                                  progress=c.options.progress, reference=c.graph, draws=c.draws,
-                                 reference_s=c.reference_s)
+                                 reference_s=c.reference_s, forms=[form.graph for form in c.forms[1:]])
 
 
 MIN_SEARCH_SHARE = 0.5   # of the budget, left to the search however long saturation took
@@ -382,6 +390,8 @@ def _report(c: Compilation) -> dict[str, Any]:
         "launch_basis": "measured on this GPU" if c.launch_measured else "assumed (the target's table)",
         "search_history": _history(c),
         "search": c.search.summary() if c.search is not None else None,
+        "forms": [{"change": form.change or "extraction's cheapest", "estimate_us": form.seconds * 1e6,
+                   "won": c.search is not None and c.search.form == i} for i, form in enumerate(c.forms)],
         "kernel_times": ({"measured_programs": c.kernel_times.measured_programs,
                           "reused_programs": c.kernel_times.reused_programs,
                           "kernels_known": len(c.kernel_times.seconds)} if c.kernel_times is not None else None),

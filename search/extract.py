@@ -18,6 +18,7 @@ merging two shapes, its report says "conflict" and its e-graph is already the in
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
     best = cheapest(classes, cost)
     base = carry_locations(saturated.graph, build_graph(classes, best, saturated.graph))
     forms = [Form(base, dag_seconds(classes, best, cost))]
-    seen = {base.structural_hash()}
+    seen = {canonical_hash(base)}
     end = time.monotonic() + seconds
     for _, c, enode in _alternatives(classes, best, cost)[:MAX_ALTERNATIVES]:
         if len(forms) >= max_forms or time.monotonic() > end:
@@ -95,12 +96,29 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
             graph = carry_locations(saturated.graph, build_graph(classes, choice, saturated.graph))
         except ValueError:       # the other e-node's cheapest children lead back to its own e-class
             continue
-        key = graph.structural_hash()
+        key = canonical_hash(graph)
         if key not in seen:
             seen.add(key)
             forms.append(Form(graph, dag_seconds(classes, choice, cost),
-                              f"{best[c].op} -> {enode.op} at e-class {c} ({_shape_text(classes, c)})"))
+                              f"{term_text(classes, best, c)} -> {term_text(classes, choice, c)}"))
     return forms
+
+
+COMMUTATIVE = frozenset({Op.ADD, Op.MUL})
+
+
+def canonical_hash(graph: Graph) -> str:
+    """A hash of what the graph computes, equal for graphs that differ only in the order of commutative operands
+    (a * b and b * a are one program to partition and to run)."""
+    digests: dict[int, str] = {}
+    for node in graph.nodes():
+        kids = [digests[id(src)] for src in node.srcs]
+        if node.op in COMMUTATIVE:
+            kids.sort()
+        text = repr((node.op.value, repr(node.arg), node.shape, node.dtype.value, kids))
+        digests[id(node)] = hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(repr(sorted((name, digests[id(node)]) for name, node in graph.outputs.items()))
+                          .encode()).hexdigest()
 
 
 def dag_seconds(classes: EClasses, choice: dict[int, ENode], cost: Callable[[ENode], float]) -> float:
@@ -166,8 +184,25 @@ def _tree(classes: EClasses, best: dict[int, ENode], c: int, cost: Callable[[ENo
     return totals[c]
 
 
-def _shape_text(classes: EClasses, c: int) -> str:
-    return f"{classes.shapes.get(c)} {classes.dtypes.get(c)}"
+INFIX = {"MatMul": "@", "Add": "+", "Mul": "*"}
+TEXT_DEPTH = 4            # a term shown deeper than this is "..."
+
+
+def term_text(classes: EClasses, choice: dict[int, ENode], c: int, depth: int = TEXT_DEPTH) -> str:
+    """The chosen term of e-class c as a person reads it: inputs by name, views left out, products as @."""
+    enode = choice[c]
+    while enode.op in VIEWS:
+        enode = choice[enode.children[0]]
+    if enode.op == "Input":
+        return str(enode.lits[0])
+    if enode.op == "Const":
+        return "const"
+    if depth == 0:
+        return "..."
+    parts = [term_text(classes, choice, child, depth - 1) for child in enode.children]
+    if enode.op in INFIX:
+        return f"({f' {INFIX[enode.op]} '.join(parts)})"
+    return f"{enode.op.lower()}({', '.join(parts)})"
 
 
 REWRITTEN = "(rewritten)"   # marks a node that only a rewrite made, after the line of the code it serves

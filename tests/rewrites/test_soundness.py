@@ -177,7 +177,9 @@ def rewritten_agree(rule: Rule, seeds: range = range(3)) -> bool:
     1e-5, for rules of the "real" model (they hold up to rounding)."""
     graph = rule.example()
     # patterns match the constants in their folded form: let the (index-proved) constant views run beside them
-    helpers = tuple(r for r in RULES if r.name in ("reshape_const", "expand_const")) if rule.stage == "patterns" else ()
+    # and contractions rewrite MatMul terms: the pattern that makes them runs beside them
+    wanted = {"patterns": ("reshape_const", "expand_const"), "contractions": ("matmul",)}.get(rule.stage, ())
+    helpers = tuple(r for r in RULES if r.name in wanted)
     saturated = saturate(graph, rules=(rule, *helpers), iterations=2 if not helpers else 4)
     classes = read_eclasses(saturated.egraph, saturated.roots)
     assert all(len(classes.nodes[root]) >= 2 for root in classes.roots.values()), f"{rule.name} did not fire"
