@@ -38,6 +38,7 @@ LEAVES = frozenset({"Input", "Const", "Iota"})
 VIEWS = frozenset({"Reshape", "Permute", "Expand", "Slice", "Pad"})
 TRANSCENDENTAL = frozenset({"Exp2", "Log2", "Sin", "Sqrt", "Recip"})
 TENSOR_CORE_DTYPES = frozenset({"float16", "bfloat16"})
+REDUCING = frozenset({"MatMul", "Sum", "Max"})
 MAX_FORMS = 4             # programs the search is given: the cheapest and up to three one choice away
 MAX_ALTERNATIVES = 64     # one-choice alternatives built (and deduplicated) to find them
 FORMS_SECONDS = 2.0       # at most this long spent building alternatives
@@ -144,7 +145,7 @@ def _reachable(classes: EClasses, choice: dict[int, ENode]) -> list[int]:
 def _alternatives(classes: EClasses, best: dict[int, ENode],
                   cost: Callable[[ENode], float]) -> list[tuple[float, int, ENode]]:
     """(growth of the estimate, e-class, e-node) for each other e-node of an e-class the cheapest program uses that
-    computes something else: not a reordering of the same operands, not one view for another."""
+    computes something else: not a reordering of the same operands, not one view or leaf for another."""
     totals: dict[int, float] = {}
     for c in reversed(_reachable(classes, best)):
         totals[c] = cost(best[c]) + sum(totals.get(child, 0.0) for child in best[c].children)
@@ -157,12 +158,13 @@ def _alternatives(classes: EClasses, best: dict[int, ENode],
             if enode.op == chosen.op and enode.lits == chosen.lits and sorted(enode.children) == sorted(
                     chosen.children):
                 continue
-            if enode.op in VIEWS and chosen.op in VIEWS:
+            if (enode.op in VIEWS or enode.op in LEAVES) and (chosen.op in VIEWS or chosen.op in LEAVES):
                 continue
             tree = cost(enode) + sum(_tree(classes, best, child, cost, totals) for child in enode.children)
             if math.isfinite(tree):
                 found.append((tree - totals[c], c, enode))
-    found.sort(key=lambda item: (item[0], item[1], item[2].op))
+    # first the choices that move work across a contraction or a reduction (what changes kernels), then the rest
+    found.sort(key=lambda item: (not {item[2].op, best[item[1]].op} & REDUCING, item[0], item[1], item[2].op))
     return found
 
 
@@ -184,6 +186,15 @@ def _tree(classes: EClasses, best: dict[int, ENode], c: int, cost: Callable[[ENo
     return totals[c]
 
 
+def _operand_side(choice: dict[int, ENode], c: int) -> str:
+    """Which operand of `a @ b` a MatMul operand is by its view: a reshaped to (m, k, 1), b to (1, k, n)."""
+    enode = choice[c]
+    shape = enode.lits[0] if enode.op == "Reshape" else ()
+    if len(shape) == 3 and shape[-1] == 1:  # type: ignore[arg-type]
+        return "left"
+    return "right" if len(shape) == 3 and shape[0] == 1 else ""  # type: ignore[arg-type, index]
+
+
 INFIX = {"MatMul": "@", "Add": "+", "Mul": "*"}
 TEXT_DEPTH = 4            # a term shown deeper than this is "..."
 
@@ -199,7 +210,11 @@ def term_text(classes: EClasses, choice: dict[int, ENode], c: int, depth: int = 
         return "const"
     if depth == 0:
         return "..."
-    parts = [term_text(classes, choice, child, depth - 1) for child in enode.children]
+    children = list(enode.children)
+    if enode.op == "MatMul" and (_operand_side(choice, children[1]) == "left"
+                                 or _operand_side(choice, children[0]) == "right"):
+        children.reverse()    # the product is elementwise, so either order is the same MatMul: show a @ b
+    parts = [term_text(classes, choice, child, depth - 1) for child in children]
     if enode.op in INFIX:
         return f"({f' {INFIX[enode.op]} '.join(parts)})"
     return f"{enode.op.lower()}({', '.join(parts)})"

@@ -1,0 +1,142 @@
+"""The e-graph as the search space: the searched program uses another algebraic form than the one written, where the
+cost model prices that form's kernels faster (issue 19). Each graph is searched twice on the CPU: as written alone
+(kernel boundaries and schedules only), and with the forms extraction takes from the saturated e-graph."""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import pytest
+
+import tensorsmith as ts
+from tensorsmith import nn, rewrites
+from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.ops import Op
+from tensorsmith.ir.targets import get_target
+from tensorsmith.ir.tensor import Tensor
+from tensorsmith.search import canonical_hash, extract_forms, search_program
+from tensorsmith.search.beam import BeamConfig, beam
+from tensorsmith.search.mcts import MCTSConfig, mcts
+from tensorsmith.search.space import CandidateSpace
+
+BUDGET_S = 10.0
+
+
+def _graph(name: str, shapes: list[tuple[str, tuple[int, ...]]], out: Callable[..., Tensor]) -> Graph:
+    g = Graph(name)
+    g.output("y", out(*(g.input(n, shape, "float16") for n, shape in shapes)))
+    return g
+
+
+def row_scaled_linear() -> Graph:
+    """(x * s) @ W, s a per-row scale as RMSNorm makes: the written form runs the scale in the matmul's prologue."""
+    return _graph("row_scaled_linear", [("x", (128, 4096)), ("s", (128, 1)), ("w", (4096, 11008))],
+                  lambda x, s, w: (x * s) @ w)
+
+
+def chain_left_first() -> Graph:
+    """(a @ b) @ c with a 4096x64, b 64x4096, c 4096x64: right first is 64 times fewer FLOPs."""
+    return _graph("chain_left_first", [("a", (4096, 64)), ("b", (64, 4096)), ("c", (4096, 64))],
+                  lambda a, b, c: (a @ b) @ c)
+
+
+def chain_right_first() -> Graph:
+    """a @ (b @ c) with a 64x4096, b 4096x64, c 64x4096: left first is 64 times fewer FLOPs."""
+    return _graph("chain_right_first", [("a", (64, 4096)), ("b", (4096, 64)), ("c", (64, 4096))],
+                  lambda a, b, c: a @ (b @ c))
+
+
+def shared_operand() -> Graph:
+    """x @ W1 + x @ W2 at a compute-bound size: one product of the summed weights does half the FLOPs."""
+    return _graph("shared_operand", [("x", (2048, 1024)), ("w1", (1024, 1024)), ("w2", (1024, 1024))],
+                  lambda x, w1, w2: x @ w1 + x @ w2)
+
+
+def shared_weight() -> Graph:
+    """a @ W + b @ W: one product of the summed activations does half the FLOPs."""
+    return _graph("shared_weight", [("a", (2048, 2048)), ("b", (2048, 2048)), ("w", (2048, 2048))],
+                  lambda a, b, w: a @ w + b @ w)
+
+
+def rms_norm_linear() -> Graph:
+    """nn.rms_norm(x, g) @ W: the per-row 1/rms can leave the matmul's prologue for its epilogue (g cannot)."""
+    return _graph("rms_norm_linear", [("x", (128, 4096)), ("g", (4096,)), ("w", (4096, 11008))],
+                  lambda x, g, w: nn.rms_norm(x, g) @ w)
+
+
+def chain_of_four() -> Graph:
+    """((a @ b) @ c) @ d with a thin middle: the cheapest order multiplies the thin pair first."""
+    return _graph("chain_of_four", [("a", (4096, 64)), ("b", (64, 4096)), ("c", (4096, 64)), ("d", (64, 4096))],
+                  lambda a, b, c, d: ((a @ b) @ c) @ d)
+
+
+CASES = [row_scaled_linear, chain_left_first, chain_right_first, shared_operand, shared_weight, chain_of_four]
+
+
+def _searched(graph: Graph) -> tuple[ts.search.SearchResult, ts.search.SearchResult, list]:
+    forms = extract_forms(rewrites.saturate(graph))
+    alone = search_program(graph, budget_s=BUDGET_S)
+    written = canonical_hash(graph)
+    others = [form.graph for form in forms[1:]] + ([graph] if all(canonical_hash(f.graph) != written
+                                                                  for f in forms) else [])
+    searched = search_program(forms[0].graph, budget_s=BUDGET_S, reference=graph, forms=others)
+    return alone, searched, [forms[0].graph, *others]
+
+
+def _matmul_flops(graph: Graph) -> int:
+    """2 m k n over the graph's contractions (a sum of a broadcast product)."""
+    return sum(2 * math.prod(node.srcs[0].shape) for node in graph.nodes()
+               if node.op == Op.SUM and node.srcs[0].op == Op.MUL)
+
+
+@pytest.mark.parametrize("make", CASES, ids=[make.__name__ for make in CASES])
+def test_the_search_chooses_another_form_predicted_faster(make: Callable[[], Graph]) -> None:
+    graph = make()
+    alone, searched, graphs = _searched(graph)
+    chosen = graphs[searched.form]
+    assert canonical_hash(chosen) != canonical_hash(graph), "the written form won"
+    assert searched.predicted_us < alone.predicted_us / 1.05, (searched.predicted_us, alone.predicted_us)
+    assert searched.checks and all(check.error <= check.tolerance for check in searched.checks)
+
+
+def test_reassociation_picks_the_order_with_fewer_flops() -> None:
+    graph = chain_left_first()
+    _, searched, graphs = _searched(graph)
+    assert _matmul_flops(graphs[searched.form]) * 32 < _matmul_flops(graph)
+
+
+def test_the_row_scale_is_applied_after_the_matmul() -> None:
+    """The winner's matmul reads x itself (a plain operand, copied by TMA), and the scale multiplies its output."""
+    _, searched, _ = _searched(row_scaled_linear())
+    matmul = next(k for k in searched.program.kernels if k.archetype == "matmul")
+    product = next(node for node in matmul.body if node.op == Op.SUM)
+    operands = {src.op for src in product.srcs[0].srcs}
+    assert Op.EXPAND in operands and all(node.op != Op.MUL or node is product.srcs[0]
+                                         for node in ts.ir.node.toposort([product]))
+
+
+def test_mcts_over_form_choices_finds_a_program_beam_over_boundaries_alone_does_not() -> None:
+    """Beam over the written graph's kernel boundaries and schedules, against MCTS whose first move chooses the form
+    (the written one or the one with the scale moved) and its boundaries: MCTS's best is of the other form, and no
+    candidate the beam found over the written form is as fast."""
+    graph = row_scaled_linear()
+    forms = extract_forms(rewrites.saturate(graph))
+    moved = next(form for form in forms if canonical_hash(form.graph) != canonical_hash(graph))
+    target = get_target("sm90")
+    spaces = [CandidateSpace(graph, target), CandidateSpace(moved.graph, target, form=1)]
+    found = beam(spaces[0], BeamConfig())
+    best_by_beam = min(seconds for seconds, _ in found)
+    roots = [(0, spaces[0].greedy()), (0, spaces[0].operands_materialised()), (1, spaces[1].greedy())]
+    evaluated = mcts(spaces, roots, lambda c: spaces[c.form].seconds(c), MCTSConfig(iterations=32),
+                     time.monotonic() + BUDGET_S)
+    seconds, candidate = min(((s, c) for c, s in evaluated.items() if s is not None), key=lambda item: item[0])
+    assert candidate.form == 1 and seconds < best_by_beam
+
+
+def test_the_forms_are_distinct_and_cheapest_first() -> None:
+    forms = extract_forms(rewrites.saturate(rms_norm_linear()))
+    hashes = [canonical_hash(form.graph) for form in forms]
+    assert len(set(hashes)) == len(forms) >= 2
+    assert forms[0].seconds == min(form.seconds for form in forms) and forms[0].change == ""
+    assert all(" -> " in form.change for form in forms[1:])
