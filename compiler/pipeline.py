@@ -361,6 +361,17 @@ def to_program(c: Compilation, report: bool = True) -> Program:
                    kernels, c.graph, program, c.options.seed, VERSION, _report(c) if report else {})
 
 
+def _forms(c: Compilation) -> list[dict[str, Any]]:
+    """The algebraic forms searched: how each differs from extraction's cheapest, whether it is the graph as written,
+    whether it won, and its best candidate's predicted and measured time."""
+    written = search.canonical_hash(c.graph)
+    best = c.search.form_best if c.search is not None else []
+    return [{"change": form.change or "extraction's cheapest", "estimate_us": form.seconds * 1e6,
+             "as_written": search.canonical_hash(form.graph) == written,
+             "won": c.search is not None and c.search.form == i, **(best[i] if i < len(best) else {})}
+            for i, form in enumerate(c.forms)]
+
+
 def _history(c: Compilation) -> list[dict[str, Any]]:
     """Candidates in the order the search tried them, each with its measured time where it has one."""
     if c.search is None:
@@ -390,8 +401,7 @@ def _report(c: Compilation) -> dict[str, Any]:
         "launch_basis": "measured on this GPU" if c.launch_measured else "assumed (the target's table)",
         "search_history": _history(c),
         "search": c.search.summary() if c.search is not None else None,
-        "forms": [{"change": form.change or "extraction's cheapest", "estimate_us": form.seconds * 1e6,
-                   "won": c.search is not None and c.search.form == i} for i, form in enumerate(c.forms)],
+        "forms": _forms(c),
         "kernel_times": ({"measured_programs": c.kernel_times.measured_programs,
                           "reused_programs": c.kernel_times.reused_programs,
                           "kernels_known": len(c.kernel_times.seconds)} if c.kernel_times is not None else None),

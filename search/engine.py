@@ -102,6 +102,8 @@ class SearchResult:
     history: list[dict[str, Any]]
     stats: SearchStats
     form: int = 0                    # which of the forms the winner partitions (0: the graph searched first)
+    form_best: list[dict[str, float | None]] = field(default_factory=list)   # per form: its best candidate's
+                                     # predicted and measured microseconds (None: none of it measured)
     greedy_us: float = math.nan      # the greedy partition at codegen's default schedules, predicted
     unfused_us: float = math.nan     # one kernel per op at default schedules, predicted
     checks: list[Check] = field(default_factory=list)   # the winner's random tests against the reference graph
@@ -408,7 +410,15 @@ def _result(run: _Run, winner: Candidate, start: float) -> SearchResult:
     run._entry[winner]["verdict"] = "winner"
     return SearchResult(run.space_of(winner).build(winner), run.predicted[winner] * 1e6,
                         run.measured[winner] * 1e6 if winner in run.measured else None, run.history, stats,
-                        form=winner.form,
+                        form=winner.form, form_best=[_form_best(run, form) for form in range(len(run.spaces))],
                         greedy_us=program_seconds(partition(space.graph), space.target) * 1e6,
                         unfused_us=program_seconds(unfused(space.graph), space.target) * 1e6,
                         checks=run.checks[key(winner)])
+
+
+def _form_best(run: _Run, form: int) -> dict[str, float | None]:
+    """The best predicted and the best measured microseconds among the candidates of one form."""
+    predicted = [s for c, s in run.predicted.items() if c.form == form]
+    measured = [s for c, s in run.measured.items() if c.form == form]
+    return {"predicted_us": min(predicted) * 1e6 if predicted else None,
+            "measured_us": min(measured) * 1e6 if measured else None}

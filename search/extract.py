@@ -201,11 +201,12 @@ TEXT_DEPTH = 4            # a term shown deeper than this is "..."
 
 def term_text(classes: EClasses, choice: dict[int, ENode], c: int, depth: int = TEXT_DEPTH) -> str:
     """The chosen term of e-class c as a person reads it: inputs by name, views left out, products as @."""
-    enode = choice[c]
+    enode, transposed = choice[c], False
     while enode.op in VIEWS:
+        transposed ^= enode.op == "Permute" and tuple(enode.lits[0])[-2:] == (1, 0)  # type: ignore[arg-type]
         enode = choice[enode.children[0]]
     if enode.op == "Input":
-        return str(enode.lits[0])
+        return f"{enode.lits[0]}.T" if transposed else str(enode.lits[0])
     if enode.op == "Const":
         return "const"
     if depth == 0:

@@ -15,7 +15,7 @@ from tensorsmith.ir.ops import Op
 from tensorsmith.search.verify import weight_scales
 
 SUITE_PACKAGE = "tensorsmith.suite"    # benchmarks/models/, installed with tensorsmith
-FAMILIES = ("memory-bound", "matmul", "fused", "attention", "block")
+FAMILIES = ("memory-bound", "matmul", "fused", "algebra", "attention", "block")
 
 
 class CaseError(TensorsmithError):

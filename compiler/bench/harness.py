@@ -175,6 +175,7 @@ class Harness:
             row.kernels.failure = row.call.failure = one_line(err)
             return None
         row.kernel_count = len(program.kernels)
+        row.forms = list(program.report.get("forms", []))
         row.compile_stages = {name: round(seconds, 2) for name, seconds in
                               program.report.get("stage_seconds", {}).items()}
         row.kernel_times = [KernelTime(k.name, k.archetype, k.measured_ms, dict(k.schedule)) for k in program.kernels]

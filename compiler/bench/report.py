@@ -58,6 +58,7 @@ class Row:
     note: str = ""
     commit: str | None = None             # what ran, where rows of several runs are joined
     budget_s: float | None = None
+    forms: list[dict[str, Any]] = field(default_factory=list)   # the program report's algebraic forms searched
 
     def best_baseline(self, gpu_time: bool = False) -> tuple[str, float] | None:
         """The fastest baseline that ran and was right, with its ms (as called, or with `gpu_time` the GPU's alone
@@ -186,6 +187,7 @@ def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
     lines += ["", f"Geometric mean of the speedup over the best baseline: kernels {ratio(s['geomean_kernels'])}, "
                   f"call {ratio(s['geomean_call'])}, over the {s['cases_compared']} of {s['cases']} cases where "
                   f"both ran; tensorsmith faster on {s['cases_faster']}.", ""]
+    lines += form_lines(rows)
     problems = []
     for row in rows:
         failures = [(label, m) for label, m in [("tensorsmith", row.kernels), ("call", row.call),
@@ -200,6 +202,32 @@ def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
         lines += ["Failures, and where tensorsmith is slower than its best baseline (from its own kernel times):", "",
                   *problems, ""]
     return "\n".join(lines)
+
+
+def form_lines(rows: list[Row]) -> list[str]:
+    """The rows whose winning algebraic form is not the one written: the change, and the winner's measured time
+    against the best measured program of the written form (both in the search, each alone, L2 flushed)."""
+    lines = []
+    for row in rows:
+        won = next((f for f in row.forms if f.get("won")), None)
+        written = next((f for f in row.forms if f.get("as_written")), None)
+        if won is None or won.get("as_written"):
+            continue
+        changes = [f["change"] for f in (won, written) if f is not None and " -> " in f.get("change", "")]
+        ours, theirs = won.get("measured_us"), written.get("measured_us") if written else None
+        faster = f"{theirs / ours:.2f}x" if ours and theirs else "-"
+        lines.append(f"| {row.case} | {'; '.join(changes) or won['change']} | {_us_cell(ours)} | {_us_cell(theirs)} "
+                     f"| {faster} |")
+    if not lines:
+        return []
+    return ["Cases whose winning algebraic form differs from the written one (the e-graph's choice; microseconds, "
+            "the best measured candidate of each form in the search):", "",
+            "| case | rewrite (written -> chosen, or cheapest -> other) | chosen form | written form | x written |",
+            "| --- | --- | --- | --- | --- |", *lines, ""]
+
+
+def _us_cell(us: float | None) -> str:
+    return f"{us:.1f}" if us is not None else "-"
 
 
 def write_markdown(path: Path, section: str) -> None:
