@@ -97,8 +97,9 @@ def _saturate(c: Compilation) -> None:
 
 def _extract(c: Compilation) -> None:
     c.forms = search.extract_forms(c.saturated, c.target)
-    if all(search.canonical_hash(form.graph) != search.canonical_hash(c.graph) for form in c.forms):
-        c.forms.append(search.Form(c.graph, math.nan, WRITTEN))   # the form as written, to be measured against
+    if all(search.reductions(form.graph) != search.reductions(c.graph) for form in c.forms):
+        c.forms.append(search.Form(c.graph, math.nan, WRITTEN))   # as written, to be measured against, where it reduces
+                                                                  # otherwise than every form extraction gave
     c.chosen = c.forms[0].graph
 
 

@@ -293,15 +293,11 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     run = _Run(spaces, reference or graph, seed, cfg, start + budget_s, start + budget_s, measure, progress,
                draws=draws if draws is not None else {})
     run.deadline -= _verification_reserve(run, budget_s, reference_s)
-    ranked = []
-    for form, space in enumerate(spaces):    # the first form is given the time it needs; the others what is left
-        share = run.deadline if form == 0 else min(run.deadline, time.monotonic() + (run.deadline - time.monotonic())
-                                                   / (len(spaces) - form))
-        ranked.append(beam(space, cfg.beam, share, run.score) if form == 0 or time.monotonic() < share else [])
-    if measure is not None:   # each form's choice by the model (codegen's measured defaults where near) first: a
-        for found in ranked:  # candidate MCTS measures wins only by being faster
-            if found and time.monotonic() < run.deadline:
-                run.evaluate(found[0][1])
+    ranked = [beam(space, cfg.beam, _beam_deadline(run, form), run.score) for form, space in enumerate(spaces)]
+    if measure is not None:   # each form's choice by the model (codegen's measured defaults where near) first, best
+        for found in sorted((found for found in ranked if found), key=lambda found: found[0][0]):   # form first: a
+            if time.monotonic() < run.deadline:                        # candidate MCTS measures wins only by being
+                run.evaluate(found[0][1])                              # faster
     roots = _mcts_roots(spaces, ranked, run.deadline)
     if roots and time.monotonic() < run.deadline:
         mcts(spaces, roots, run.evaluate, cfg.mcts, run.deadline)
@@ -313,6 +309,20 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     result = _result(run, winner, start)
     result.stats.budget_hit = time.monotonic() > start + budget_s
     return result
+
+
+BEAM_SHARE = 0.5   # of the search's time, where it has several forms: what their beams may take, in equal shares
+
+
+def _beam_deadline(run: _Run, form: int) -> float:
+    """When form `form`'s beam stops: with one form, the search's deadline; with several, each beam gets an equal
+    share of what BEAM_SHARE leaves of the time, so that the forms' best candidates are still measured and MCTS
+    runs (the first form's beam always runs: it gives the candidates the search must have)."""
+    count = len(run.spaces)
+    if count == 1:
+        return run.deadline
+    left = run.deadline - time.monotonic()
+    return time.monotonic() + max(0.0, left) * BEAM_SHARE / (count - form) if form == 0 or left > 0 else 0.0
 
 
 MIN_SEARCH_SHARE = 0.25   # of the budget, kept for the search however long verification is expected to take

@@ -9,8 +9,9 @@ with fewer operations at these shapes: (a @ b) @ c or a @ (b @ c) by their FLOPs
 
 That estimate cannot see fusion, memory traffic or the prologue that a matmul with a computed operand runs on
 mma.sync; the search's cost model and the GPU can. So `extract_forms` returns, beside the cheapest program, the
-programs one e-class choice away from it (each with one other e-node in one e-class of the cheapest, ordered by how
-much the estimate grows), distinct, at most `MAX_FORMS` in all: the search prices each form's kernels and chooses
+programs one e-class choice away from it (each with one other e-node in one e-class of the cheapest, where the
+choice moves work across a contraction or a reduction, ordered by how much the estimate grows), distinct, at most
+`MAX_FORMS` in all: the search prices each form's kernels and chooses
 among them (search/engine.py). A graph whose extraction fails raises `ExtractionError` (rewrites/eclasses.py);
 there is no fallback to the input graph, which would hide an unsound rule. (Where saturation itself caught a rule
 merging two shapes, its report says "conflict" and its e-graph is already the input graph's.)
@@ -122,6 +123,11 @@ def canonical_hash(graph: Graph) -> str:
                           .encode()).hexdigest()
 
 
+def reductions(graph: Graph) -> list[tuple]:
+    """The graph's reductions and contractions by what they reduce: equal where two forms differ only pointwise."""
+    return sorted((node.op.value, node.srcs[0].shape, node.arg) for node in graph.nodes() if node.op in (Op.SUM, Op.MAX))
+
+
 def dag_seconds(classes: EClasses, choice: dict[int, ENode], cost: Callable[[ENode], float]) -> float:
     """The cost of the program `choice` gives, each e-class it uses counted once."""
     return sum(cost(choice[c]) for c in _reachable(classes, choice))
@@ -145,7 +151,8 @@ def _reachable(classes: EClasses, choice: dict[int, ENode]) -> list[int]:
 def _alternatives(classes: EClasses, best: dict[int, ENode],
                   cost: Callable[[ENode], float]) -> list[tuple[float, int, ENode]]:
     """(growth of the estimate, e-class, e-node) for each other e-node of an e-class the cheapest program uses that
-    computes something else: not a reordering of the same operands, not one view or leaf for another."""
+    moves work across a contraction or a reduction (what changes kernels): not a reordering of the same operands, not
+    a pointwise choice, which fusion makes the same kernels either way."""
     totals: dict[int, float] = {}
     for c in reversed(_reachable(classes, best)):
         totals[c] = cost(best[c]) + sum(totals.get(child, 0.0) for child in best[c].children)
@@ -158,13 +165,12 @@ def _alternatives(classes: EClasses, best: dict[int, ENode],
             if enode.op == chosen.op and enode.lits == chosen.lits and sorted(enode.children) == sorted(
                     chosen.children):
                 continue
-            if (enode.op in VIEWS or enode.op in LEAVES) and (chosen.op in VIEWS or chosen.op in LEAVES):
-                continue
+            if not {enode.op, chosen.op} & REDUCING:
+                continue    # a pointwise choice: fused into the same kernels either way
             tree = cost(enode) + sum(_tree(classes, best, child, cost, totals) for child in enode.children)
             if math.isfinite(tree):
                 found.append((tree - totals[c], c, enode))
-    # first the choices that move work across a contraction or a reduction (what changes kernels), then the rest
-    found.sort(key=lambda item: (not {item[2].op, best[item[1]].op} & REDUCING, item[0], item[1], item[2].op))
+    found.sort(key=lambda item: (item[0], item[1], item[2].op))
     return found
 
 
