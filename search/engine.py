@@ -293,11 +293,12 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     run = _Run(spaces, reference or graph, seed, cfg, start + budget_s, start + budget_s, measure, progress,
                draws=draws if draws is not None else {})
     run.deadline -= _verification_reserve(run, budget_s, reference_s)
-    ranked = [beam(space, cfg.beam, _beam_deadline(run, form), run.score) for form, space in enumerate(spaces)]
-    if measure is not None:   # each form's choice by the model (codegen's measured defaults where near) first, best
-        for found in sorted((found for found in ranked if found), key=lambda found: found[0][0]):   # form first: a
-            if time.monotonic() < run.deadline:                        # candidate MCTS measures wins only by being
-                run.evaluate(found[0][1])                              # faster
+    ranked = [beam(spaces[0], cfg.beam, _beam_deadline(run, 0), run.score)]
+    _measure_first(run, ranked[0])   # each form's choice by the model (codegen's measured defaults where near) first:
+    ranked += [beam(space, cfg.beam, _beam_deadline(run, form), run.score)   # a candidate MCTS measures wins only
+               for form, space in enumerate(spaces) if form > 0]             # by being faster
+    for found in sorted(ranked[1:], key=lambda found: found[0][0] if found else math.inf):
+        _measure_first(run, found)
     roots = _mcts_roots(spaces, ranked, run.deadline)
     if roots and time.monotonic() < run.deadline:
         mcts(spaces, roots, run.evaluate, cfg.mcts, run.deadline)
@@ -315,14 +316,20 @@ BEAM_SHARE = 0.5   # of the search's time, where it has several forms: what thei
 
 
 def _beam_deadline(run: _Run, form: int) -> float:
-    """When form `form`'s beam stops: with one form, the search's deadline; with several, each beam gets an equal
-    share of what BEAM_SHARE leaves of the time, so that the forms' best candidates are still measured and MCTS
-    runs (the first form's beam always runs: it gives the candidates the search must have)."""
+    """When form `form`'s beam stops: with one form, the search's deadline; with several, the first form's beam may
+    take BEAM_SHARE of the time and each other form's an equal share of BEAM_SHARE of what is left after it, so that
+    the forms' best candidates are still measured and MCTS runs. (A beam past its deadline still scores its starts.)"""
     count = len(run.spaces)
     if count == 1:
         return run.deadline
-    left = run.deadline - time.monotonic()
-    return time.monotonic() + max(0.0, left) * BEAM_SHARE / (count - form) if form == 0 or left > 0 else 0.0
+    left = max(0.0, run.deadline - time.monotonic())
+    return time.monotonic() + left * BEAM_SHARE / (1 if form == 0 else count - form)
+
+
+def _measure_first(run: _Run, found: list[tuple[float, Candidate]]) -> None:
+    """Measure a form's best candidate by the model, where there is a GPU and time."""
+    if run.measure is not None and found and time.monotonic() < run.deadline:
+        run.evaluate(found[0][1])
 
 
 MIN_SEARCH_SHARE = 0.25   # of the budget, kept for the search however long verification is expected to take
