@@ -41,6 +41,8 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
                              " timing; the exact check runs only in what is left")
     parser.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same program")
     parser.add_argument("--no-profile", action="store_true", help="do not time kernels even where a GPU is present")
+    parser.add_argument("--no-rewrites", action="store_true",
+                        help="compile the graph as written: no e-graph, only its kernels and schedules searched")
     parser.add_argument("--cache-dir", help="where compiled programs are cached (default ~/.cache/tensorsmith/programs)")
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the compiled-program cache")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each stage's time")
@@ -160,7 +162,7 @@ def run_compile(args: argparse.Namespace) -> int:
               file=sys.stderr)
     program = compile(graph, target=args.target, budget_s=args.budget, seed=args.seed,
                       profile=False if args.no_profile else None, progress=progress,
-                      cache=not args.no_cache, cache_dir=args.cache_dir)
+                      cache=not args.no_cache, cache_dir=args.cache_dir, rewrites=not args.no_rewrites)
     progress.done()
     folder = program.save(output, force=args.force)
     if not args.quiet:

@@ -46,6 +46,7 @@ class CompileOptions:
     seed: int = 0
     profile: bool | None = None        # None: profile where a GPU is present
     progress: Callable[[object], None] | None = None   # a stage's name, or the search's SearchProgress
+    rewrites: bool = True              # False: the graph as written is searched, the e-graph not built
 
 
 @dataclass
@@ -92,10 +93,14 @@ class Compilation:
 
 
 def _saturate(c: Compilation) -> None:
-    c.saturated = rewrites.saturate(c.graph)
+    if c.options.rewrites:
+        c.saturated = rewrites.saturate(c.graph)
 
 
 def _extract(c: Compilation) -> None:
+    if c.saturated is None:          # rewrites off
+        c.forms, c.chosen = [search.Form(c.graph, math.nan, WRITTEN)], c.graph
+        return
     c.forms = search.extract_forms(c.saturated, c.target)
     if all(search.reductions(form.graph) != search.reductions(c.graph) for form in c.forms):
         c.forms.append(search.Form(c.graph, math.nan, WRITTEN))   # as written, to be measured against, where it reduces
@@ -283,18 +288,19 @@ STAGES: list[Stage] = [
 
 def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: int = 0,
             profile: bool | None = None, progress: Callable[[object], None] | bool | None = None,
-            cache: bool = True, cache_dir: str | Path | None = None) -> Program:
+            cache: bool = True, cache_dir: str | Path | None = None, rewrites: bool = True) -> Program:
     """Compile `graph` for `target` into a verified Program (profiled where a GPU is present).
 
     `budget_s` bounds the whole compile but for the winner's verification (see `compile --help`). A graph compiled
     before with the same target and options comes from the cache at once. `progress` is called
     with each stage's name and the search's counts; by default they go to a progress line where standard error is
-    a terminal, else to the "tensorsmith" logger at INFO; False says nothing.
+    a terminal, else to the "tensorsmith" logger at INFO; False says nothing. `rewrites=False` compiles the graph as
+    written: no e-graph, only its kernel boundaries and schedules searched (to compare with, or to rule out a rewrite).
     """
     reporter = default_progress(graph.name, len(STAGES)) if progress is None or progress is True else None
     callback = reporter if reporter is not None else progress if callable(progress) else None
     try:
-        options = CompileOptions(target, budget_s, seed, profile, callback)
+        options = CompileOptions(target, budget_s, seed, profile, callback, rewrites)
         store = ProgramCache(Path(cache_dir) if cache_dir else None) if cache else None
         return _compile(graph, options, store)
     finally:
@@ -315,7 +321,8 @@ def _compile(graph: Graph, options: CompileOptions, store: ProgramCache | None) 
                                " call it under `if __name__ == '__main__':`")
     compilation = Compilation(graph, options, get_target(target),
                               kernel_times_path=store.root / KERNEL_TIMES_FILE if store is not None else None)
-    key = program_key(graph, target, {"seed": seed, "budget_s": budget_s, "profile": _profiles(profile)}, VERSION)
+    key = program_key(graph, target, {"seed": seed, "budget_s": budget_s, "profile": _profiles(profile),
+                                      **({} if options.rewrites else {"rewrites": False})}, VERSION)
     if store is not None and (hit := store.get(key, graph)) is not None:
         if progress:
             progress("cache")

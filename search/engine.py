@@ -296,7 +296,8 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     ranked = [beam(spaces[0], cfg.beam, _beam_deadline(run, 0), run.score)]
     _measure_first(run, ranked[0])   # each form's choice by the model (codegen's measured defaults where near) first:
     ranked += [beam(space, cfg.beam, _beam_deadline(run, form), run.score)   # a candidate MCTS measures wins only
-               for form, space in enumerate(spaces) if form > 0]             # by being faster
+               if time.monotonic() < run.deadline else []                    # by being faster; a form met after the
+               for form, space in enumerate(spaces) if form > 0]             # deadline is not searched
     for found in sorted(ranked[1:], key=lambda found: found[0][0] if found else math.inf):
         _measure_first(run, found)
     roots = _mcts_roots(spaces, ranked, run.deadline)
@@ -318,7 +319,7 @@ BEAM_SHARE = 0.5   # of the search's time, where it has several forms: what thei
 def _beam_deadline(run: _Run, form: int) -> float:
     """When form `form`'s beam stops: with one form, the search's deadline; with several, the first form's beam may
     take BEAM_SHARE of the time and each other form's an equal share of BEAM_SHARE of what is left after it, so that
-    the forms' best candidates are still measured and MCTS runs. (A beam past its deadline still scores its starts.)"""
+    the forms' best candidates are still measured and MCTS runs."""
     count = len(run.spaces)
     if count == 1:
         return run.deadline
@@ -385,13 +386,21 @@ def _greedy_candidate(space: CandidateSpace) -> Candidate | None:
     return Candidate(greedy, tuple(o.schedules[0] for o in options), space.form)
 
 
+FORM_MARGIN = 1.25   # where a GPU measures, how much faster the model must predict an unmeasured candidate of another
+                     # form than extraction's cheapest to prefer it: on the H200 a Llama block's form with its last
+                     # norm's scale moved past the matmul, predicted 1.21x faster and unmeasured, ran at 532 us where
+                     # the cheapest form's program had run at 479 us (2026-12-01)
+
+
 def _choose(run: _Run) -> Candidate:
     """The best candidate that passes random testing: by measured time where measured, else by the model's rank
-    (its predicted time, schedules other than codegen's defaults counted DEFAULT_MARGIN slower)."""
+    (its predicted time, schedules other than codegen's defaults counted DEFAULT_MARGIN slower, and where a GPU
+    measures, candidates of forms other than the first FORM_MARGIN slower)."""
     def rank(candidate: Candidate) -> tuple:
         measured = run.measured.get(candidate)
+        margin = FORM_MARGIN if run.measure is not None and candidate.form > 0 else 1.0
         return (0 if measured is not None else 1,
-                measured if measured is not None else run.space_of(candidate).rank(candidate), candidate.form,
+                measured if measured is not None else run.space_of(candidate).rank(candidate) * margin, candidate.form,
                 sorted(candidate.boundaries), [str(s) for s in candidate.schedules])
 
     tried = 0

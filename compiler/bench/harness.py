@@ -146,11 +146,13 @@ class Harness:
             program = self._compile(case, row)
             if program is not None:
                 self._check_ours(program, tensors, truth, limit, row, runs, stack)
+                if _rewritten(program) and "kernels" in runs:
+                    self._check_written(case, tensors, truth, limit, row, runs, stack)
             for name in self.baselines:
                 self._check_baseline(name, case, tensors, truth, limit, row, runs)
             if runs:
                 queued = {f"{name}{GPU_TIME}": run for name, run in runs.items() if name in self.baselines}
-                times = timing.time_runs(torch, {**runs, **queued}, queued=frozenset({"kernels", *queued}))
+                times = timing.time_runs(torch, {**runs, **queued}, queued=frozenset({"kernels", WRITTEN, *queued}))
                 for name, ms in times.items():
                     if name.endswith(GPU_TIME):
                         row.baselines[name.removesuffix(GPU_TIME)].gpu_ms = ms
@@ -158,7 +160,7 @@ class Harness:
                         self._measured(row, name).ms = ms
 
     def _measured(self, row: Row, name: str) -> Measured:
-        return {"kernels": row.kernels, "call": row.call}.get(name) or row.baselines[name]
+        return {"kernels": row.kernels, "call": row.call, WRITTEN: row.written}.get(name) or row.baselines[name]
 
     def _compile(self, case: Case, row: Row) -> Program | None:
         """tensorsmith's program, compiled cold and then warm (from the cache), or None with the failure on the row."""
@@ -201,6 +203,29 @@ class Harness:
         if row.kernels.wrong or row.call.wrong:
             return
         runs["kernels"], runs["call"] = partial(_run_into, session, outputs), lambda: program(**tensors)
+
+    def _check_written(self, case: Case, tensors: dict[str, Any], truth: dict[str, Any], limit: float, row: Row,
+                       runs: dict[str, Callable[[], object]], stack: ExitStack) -> None:
+        """Where the program's algebraic form is not the one written: the graph as written compiled too (rewrites
+        off, the same budget), checked, and its kernels timed like ours, so that the form's gain is measured."""
+        row.written = measured = Measured()
+        try:
+            start = time.perf_counter()
+            with _cache_at(None if self.cache_root is None else self.cache_root / case.name):
+                program = ts_compile(case.graph, budget_s=self.budget_s, seed=self.seed, progress=False,
+                                     rewrites=False)
+            measured.compile_s = time.perf_counter() - start
+            session, outputs = bind_device_arrays(program, tensors, stack)
+            session.run_all()
+            measured.error = relative_error(self.torch, outputs, truth)
+        except Exception as err:
+            measured.failure = one_line(err)
+            return
+        if not measured.error <= limit:
+            measured.wrong = True
+            measured.failure = f"output differs from PyTorch's: relative L2 error {measured.error:.3g} > {limit:g}"
+            return
+        runs[WRITTEN] = partial(_run_into, session, outputs)
 
     def _check_baseline(self, name: str, case: Case, tensors: dict[str, Any], truth: dict[str, Any], limit: float,
                         row: Row, runs: dict[str, Callable[[], object]]) -> None:
@@ -268,3 +293,11 @@ def commit() -> str:
             continue
         return head.stdout.strip() + ("+changes" if dirty else "")
     return "unknown"
+
+
+WRITTEN = "written"   # the run of the graph as written (rewrites off), beside a program of another algebraic form
+
+
+def _rewritten(program: Program) -> bool:
+    """Whether the program's winning algebraic form is not the graph as written (its report's forms say)."""
+    return any(form.get("won") and not form.get("as_written") for form in program.report.get("forms", []))

@@ -118,3 +118,23 @@ def test_results_round_trip_through_json(tmp_path: Path) -> None:
     json_path = write_results(tmp_path / "BENCHMARKS.md", META, rows)
     assert json.loads(json_path.read_text())["summary"]["cases"] == 3
     assert (tmp_path / "BENCHMARKS.md").exists()
+
+
+def _rewritten_row() -> Row:
+    forms = [{"change": "extraction's cheapest", "as_written": False, "won": True},
+             {"change": "(q @ (k.T @ v)) -> ((q @ k.T) @ v)", "as_written": True, "won": False}]
+    return Row("linear_attention", "algebra", 0.005, "matmul", Measured(0.0137, 5.0, 3e-4), Measured(0.03, None, 3e-4),
+               forms=forms, written=Measured(0.0413, 5.0, 3e-4))
+
+
+def test_a_row_whose_form_is_not_the_written_one_is_listed_with_the_written_graphs_time() -> None:
+    text = markdown(META, [*_rows(), _rewritten_row()])
+    line = next(line for line in text.splitlines() if line.startswith("| linear_attention | `"))
+    assert "(q @ (k.T @ v)) -> ((q @ k.T) @ v)" in line and "13.7 us" in line and "41.3 us" in line
+    assert line.rstrip(" |").endswith("3.01x")
+    assert "| fast | `" not in text          # a row of the written form has no such line
+
+
+def test_the_written_graphs_time_round_trips_through_json() -> None:
+    _, back = from_json(to_json(META, [_rewritten_row()]))
+    assert back[0].written == _rewritten_row().written and back[0].forms == _rewritten_row().forms

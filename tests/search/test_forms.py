@@ -140,3 +140,17 @@ def test_the_forms_are_distinct_and_cheapest_first() -> None:
     assert len(set(hashes)) == len(forms) >= 2
     assert forms[0].seconds == min(form.seconds for form in forms) and forms[0].change == ""
     assert all(" -> " in form.change for form in forms[1:])
+
+
+def test_a_compile_searches_the_forms_and_says_which_won_and_without_rewrites_only_the_graph_as_written() -> None:
+    graph = chain_left_first()
+    program = ts.compile(graph, budget_s=BUDGET_S, profile=False, cache=False, progress=False)
+    forms = program.report["forms"]
+    won = next(form for form in forms if form["won"])
+    assert not won["as_written"] and any(form["as_written"] for form in forms)
+    products = [node for kernel in program.kernel_program.kernels for node in kernel.body
+                if node.op == Op.SUM and node.srcs[0].op == Op.MUL]
+    assert sum(2 * math.prod(node.srcs[0].shape) for node in products) * 32 < _matmul_flops(graph)
+    plain = ts.compile(graph, budget_s=BUDGET_S, profile=False, cache=False, progress=False, rewrites=False)
+    assert [(form["as_written"], form["won"]) for form in plain.report["forms"]] == [(True, True)]
+    assert plain.report["predicted_ms"] > program.report["predicted_ms"] * 1.5
