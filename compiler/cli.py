@@ -269,9 +269,26 @@ def format_table(doc: dict) -> str:
     if fired:
         footer.append("rewrites that fired while saturating: "
                       + ", ".join(f"{name} x{count}" for name, count in sorted(fired, key=lambda r: -r[1])))
+    footer += _form_lines(report.get("forms", []))
     if report.get("from_cache"):
         footer.append("(from the cache)")
     return "\n".join([title, *lines, *footer])
+
+
+def _form_lines(forms: list[dict]) -> list[str]:
+    """The algebraic forms the search chose among (the e-graph's choices), the winner marked, where there were
+    several or the winner is not the graph as written."""
+    if not forms or (len(forms) == 1 and forms[0].get("as_written")):
+        return []
+    def us(value: float | None) -> str:
+        return f"{value:.1f} us" if value is not None else "-"
+    lines = ["algebraic forms searched (e-graph choices; best candidate of each, predicted / measured):"]
+    for form in forms:
+        mark = "won" if form.get("won") else "   "
+        written = " (the graph as written)" if form.get("as_written") else ""
+        lines.append(f"  {mark}  {form['change']}{written}: {us(form.get('predicted_us'))} / "
+                     f"{us(form.get('measured_us'))}")
+    return lines
 
 
 if __name__ == "__main__":
