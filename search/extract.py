@@ -68,7 +68,7 @@ def term_cost(classes: EClasses, target: Target) -> Callable[[ENode], float]:
         if enode.op == "MatMul":
             tensor_cores = classes.dtypes.get(enode.children[0]) in TENSOR_CORE_DTYPES
             rate = target.wgmma_flops if tensor_cores else target.fp32_flops
-            return 2 * math.prod(enode.lits[0]) / rate  # type: ignore[arg-type]
+            return 2 * math.prod(_ints(enode.lits[0])) / rate
         ops = TRANSCENDENTAL_FLOPS if enode.op in TRANSCENDENTAL else 1
         return ops * elements(enode.children[0]) / target.fp32_flops
     return cost
@@ -195,10 +195,16 @@ def _tree(classes: EClasses, best: dict[int, ENode], c: int, cost: Callable[[ENo
 def _operand_side(choice: dict[int, ENode], c: int) -> str:
     """Which operand of `a @ b` a MatMul operand is by its view: a reshaped to (m, k, 1), b to (1, k, n)."""
     enode = choice[c]
-    shape = enode.lits[0] if enode.op == "Reshape" else ()
-    if len(shape) == 3 and shape[-1] == 1:  # type: ignore[arg-type]
+    shape = _ints(enode.lits[0]) if enode.op == "Reshape" else ()
+    if len(shape) == 3 and shape[-1] == 1:
         return "left"
-    return "right" if len(shape) == 3 and shape[0] == 1 else ""  # type: ignore[arg-type, index]
+    return "right" if len(shape) == 3 and shape[0] == 1 else ""
+
+
+def _ints(value: object) -> tuple[int, ...]:
+    """An e-node's shape literal (a tuple of ints, as eclasses decodes a Vec[i64])."""
+    assert isinstance(value, tuple)
+    return value
 
 
 INFIX = {"MatMul": "@", "Add": "+", "Mul": "*"}
@@ -209,7 +215,7 @@ def term_text(classes: EClasses, choice: dict[int, ENode], c: int, depth: int = 
     """The chosen term of e-class c as a person reads it: inputs by name, views left out, products as @."""
     enode, transposed = choice[c], False
     while enode.op in VIEWS:
-        transposed ^= enode.op == "Permute" and tuple(enode.lits[0])[-2:] == (1, 0)  # type: ignore[arg-type]
+        transposed ^= enode.op == "Permute" and _ints(enode.lits[0])[-2:] == (1, 0)
         enode = choice[enode.children[0]]
     if enode.op == "Input":
         return f"{enode.lits[0]}.T" if transposed else str(enode.lits[0])
