@@ -10,6 +10,7 @@ except ImportError:   # the graphs build without torch; only the references need
 
 WIDTH, FFN = 4096, 11008           # Llama-7B
 HEAD, KEYS = 64, 4096              # linear attention: one head of 64, 4096 positions
+LORA_RANK = 16
 
 
 def row_scaled_linear(tokens: int) -> ts.Graph:
@@ -52,8 +53,23 @@ def torch_two_branches(x, w1, w2):
     return x @ w1 + x @ w2
 
 
+def lora_delta(tokens: int) -> ts.Graph:
+    """A LoRA adapter's update with its factors merged first, as a merged-weight implementation writes it:
+    x @ (A^T @ B^T), a (4096 x 4096) product of rank 16, where (x @ A^T) @ B^T is two thin products."""
+    g = ts.Graph(f"lora_delta_{tokens}")
+    x = g.input("x", (tokens, WIDTH), "float16")
+    a, b = g.input("lora_a", (LORA_RANK, WIDTH), "float16"), g.input("lora_b", (WIDTH, LORA_RANK), "float16")
+    g.output("y", x @ (a.T @ b.T))
+    return g
+
+
+def torch_lora_delta(x, lora_a, lora_b):
+    return x @ (lora_a.T @ lora_b.T)
+
+
 CASES = [
     Case(row_scaled_linear(128), torch_row_scaled_linear, "algebra"),
     Case(linear_attention(), torch_linear_attention, "algebra"),
     Case(two_branches(4096), torch_two_branches, "algebra"),
+    Case(lora_delta(128), torch_lora_delta, "algebra"),
 ]
