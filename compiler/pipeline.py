@@ -58,7 +58,7 @@ class Compilation:
     target: Target
     saturated: Any = None
     chosen: Graph | None = None
-    forms: list[Any] = field(default_factory=list)   # search.extract.Form: the programs searched, cheapest first
+    forms: list[Any] = field(default_factory=list)   # search.extract.Form: the programs searched, as written first
     kernel_program: KernelProgram | None = None
     checks: list[Check] = field(default_factory=list)
     rendered: list[RenderedKernel] = field(default_factory=list)
@@ -101,10 +101,7 @@ def _extract(c: Compilation) -> None:
     if c.saturated is None:          # rewrites off
         c.forms, c.chosen = [search.Form(c.graph, math.nan, WRITTEN)], c.graph
         return
-    c.forms = search.extract_forms(c.saturated, c.target)
-    if all(search.reductions(form.graph) != search.reductions(c.graph) for form in c.forms):
-        c.forms.append(search.Form(c.graph, math.nan, WRITTEN))   # as written, to be measured against, where it reduces
-                                                                  # otherwise than every form extraction gave
+    c.forms = search.extract_forms(c.saturated, c.target)   # the first: the graph as written, tidied
     c.chosen = c.forms[0].graph
 
 
@@ -370,12 +367,10 @@ def to_program(c: Compilation, report: bool = True) -> Program:
 
 
 def _forms(c: Compilation) -> list[dict[str, Any]]:
-    """The algebraic forms searched: how each differs from extraction's cheapest, whether it is the graph as written,
-    whether it won, and its best candidate's predicted and measured time."""
-    written = search.canonical_hash(c.graph)
+    """The algebraic forms searched: how each differs from the first (the graph as written, tidied), whether it won,
+    and its best candidate's predicted and measured time."""
     best = c.search.form_best if c.search is not None else []
-    return [{"change": form.change or "extraction's cheapest", "estimate_us": form.seconds * 1e6,
-             "as_written": search.canonical_hash(form.graph) == written,
+    return [{"change": form.change or WRITTEN, "estimate_us": form.seconds * 1e6, "as_written": i == 0,
              "won": c.search is not None and c.search.form == i, **(best[i] if i < len(best) else {})}
             for i, form in enumerate(c.forms)]
 

@@ -101,7 +101,7 @@ class SearchResult:
     measured_us: float | None
     history: list[dict[str, Any]]
     stats: SearchStats
-    form: int = 0                    # which of the forms the winner partitions (0: the graph searched first)
+    form: int = 0                    # which of the forms the winner partitions (0: `graph`)
     form_best: list[dict[str, float | None]] = field(default_factory=list)   # per form: its best candidate's
                                      # predicted and measured microseconds (None: none of it measured)
     greedy_us: float = math.nan      # the greedy partition at codegen's default schedules, predicted
@@ -387,9 +387,9 @@ def _greedy_candidate(space: CandidateSpace) -> Candidate | None:
 
 
 FORM_MARGIN = 1.25   # where a GPU measures, how much faster the model must predict an unmeasured candidate of another
-                     # form than extraction's cheapest to prefer it: on the H200 a Llama block's form with its last
-                     # norm's scale moved past the matmul, predicted 1.21x faster and unmeasured, ran at 532 us where
-                     # the cheapest form's program had run at 479 us (2026-12-01)
+                     # form than the first (the graph as written, tidied) to prefer it: on the H200 a Llama block's
+                     # form with a norm's scale moved past its matmul, predicted 1.21x faster and unmeasured, ran at
+                     # 532 us where the written form's program ran at 479 us (2026-12-01)
 
 
 def _choose(run: _Run) -> Candidate:

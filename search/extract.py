@@ -1,20 +1,22 @@
-"""Extraction: programs out of a saturated e-graph, priced by their work on the target.
+"""Extraction: programs out of a saturated e-graph, the graph as written first, then others priced by their work.
 
-The cost of an e-node is the time its arithmetic takes on the target (ir/targets.py) at its shapes: an elementwise
-op one FP32 operation per element (a transcendental TRANSCENDENTAL_FLOPS), a reduction one per element it reads, a
-MatMul 2 m k n operations at the tensor cores' rate where its operands are 16-bit (else at the FP32 rate), views
-and leaves nothing but a tie-breaking VIEW_S. So a contraction is chosen as a MatMul (built as the primitive
-contraction, which partition and codegen recognise) rather than as a broadcast product, and of two forms the one
-with fewer operations at these shapes: (a @ b) @ c or a @ (b @ c) by their FLOPs.
+The first form is the graph as written, tidied (`TIDY_COSTS`, an op count: constants folded, redundant views gone,
+every contraction in the order and with the operands written). The others are priced by the time their arithmetic
+takes on the target (ir/targets.py) at their shapes: an elementwise op one FP32 operation per element (a
+transcendental TRANSCENDENTAL_FLOPS), a reduction one per element it reads, a MatMul 2 m k n operations at the
+tensor cores' rate where its operands are 16-bit (else at the FP32 rate), views and leaves nothing but a
+tie-breaking VIEW_S. So a contraction is priced as a MatMul (built as the primitive contraction, which partition
+and codegen recognise) rather than as a broadcast product, and of two orders of a chain the one with fewer FLOPs
+is the cheapest.
 
 That estimate cannot see fusion, memory traffic or the prologue that a matmul with a computed operand runs on
-mma.sync; the search's cost model and the GPU can. So `extract_forms` returns, beside the cheapest program, the
-programs one e-class choice away from it (each with one other e-node in one e-class of the cheapest, where the
-choice moves work across a contraction or a reduction, ordered by how much the estimate grows), distinct, at most
-`MAX_FORMS` in all: the search prices each form's kernels and chooses
-among them (search/engine.py). A graph whose extraction fails raises `ExtractionError` (rewrites/eclasses.py);
-there is no fallback to the input graph, which would hide an unsound rule. (Where saturation itself caught a rule
-merging two shapes, its report says "conflict" and its e-graph is already the input graph's.)
+mma.sync; the search's cost model and the GPU can. So `extract_forms` returns the written form, the cheapest by
+the estimate, and the programs one e-class choice away from either (one other e-node in one e-class, where the
+choice moves work across a contraction or a reduction, ordered by how much the estimate grows), distinct, at
+most `MAX_FORMS` in all: the search prices each form's kernels and chooses among them (search/engine.py). A graph
+whose extraction fails raises `ExtractionError` (rewrites/eclasses.py); there is no fallback to the input graph,
+which would hide an unsound rule. (Where saturation itself caught a rule merging two shapes, its report says
+"conflict" and its e-graph is already the input graph's.)
 """
 from __future__ import annotations
 
@@ -40,7 +42,12 @@ VIEWS = frozenset({"Reshape", "Permute", "Expand", "Slice", "Pad"})
 TRANSCENDENTAL = frozenset({"Exp2", "Log2", "Sin", "Sqrt", "Recip"})
 TENSOR_CORE_DTYPES = frozenset({"float16", "bfloat16"})
 REDUCING = frozenset({"MatMul", "Sum", "Max"})
-MAX_FORMS = 4             # programs the search is given: the cheapest and up to three one choice away
+# The op-count cost the first form is extracted by (the program as written, tidied: constants folded, redundant
+# views gone): views and leaves 0.1, elementwise 1, reductions 2, MatMul infinite so that every contraction keeps
+# the order and operands it was written with. Only the forms after it come from rewriting contractions.
+TIDY_COSTS: dict[str, float] = {**{op: 0.1 for op in LEAVES | VIEWS}, "Sum": 2.0, "Max": 2.0, "MatMul": math.inf,
+                                "OnlineSoftmax": math.inf}
+MAX_FORMS = 4             # programs the search is given: the written form and up to three more
 MAX_ALTERNATIVES = 64     # one-choice alternatives built (and deduplicated) to find them
 FORMS_SECONDS = 2.0       # at most this long spent building alternatives
 
@@ -67,7 +74,7 @@ def term_cost(classes: EClasses, target: Target) -> Callable[[ENode], float]:
             return math.inf   # no primitive Node yet: never chosen
         if enode.op == "MatMul":
             tensor_cores = classes.dtypes.get(enode.children[0]) in TENSOR_CORE_DTYPES
-            rate = target.wgmma_flops if tensor_cores else target.fp32_flops
+            rate = max(target.wgmma_flops, target.mma_sync_flops) if tensor_cores else target.fp32_flops
             return 2 * math.prod(_ints(enode.lits[0])) / rate
         ops = TRANSCENDENTAL_FLOPS if enode.op in TRANSCENDENTAL else 1
         return ops * elements(enode.children[0]) / target.fp32_flops
@@ -75,35 +82,65 @@ def term_cost(classes: EClasses, target: Target) -> Callable[[ENode], float]:
 
 
 def extract(saturated: Saturated, target: Target | str = "sm90") -> Graph:
-    """The cheapest program of the saturated e-graph, as a new Graph with the original's inputs and outputs."""
+    """The graph as written, tidied, out of the saturated e-graph: a new Graph with the original's inputs and
+    outputs (the first of `extract_forms`)."""
     return extract_forms(saturated, target, max_forms=1)[0].graph
 
 
 def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms: int = MAX_FORMS,
                   seconds: float = FORMS_SECONDS) -> list[Form]:
-    """The cheapest program, then distinct programs one e-class choice away from it, cheapest first (`Form`)."""
+    """Distinct programs of the e-graph (`Form`): first the program as written, tidied (`TIDY_COSTS`), then the
+    cheapest by its arithmetic at its shapes where that differs, then those one e-class choice away from either
+    (each moving work across a contraction or a reduction), cheapest first."""
     target = get_target(target) if isinstance(target, str) else target
     classes = read_eclasses(saturated.egraph, saturated.roots)
     cost = term_cost(classes, target)
-    best = cheapest(classes, cost)
-    base = carry_locations(saturated.graph, build_graph(classes, best, saturated.graph))
-    forms = [Form(base, dag_seconds(classes, best, cost))]
-    seen = {canonical_hash(base)}
-    end = time.monotonic() + seconds
-    for _, c, enode in _alternatives(classes, best, cost)[:MAX_ALTERNATIVES]:
-        if len(forms) >= max_forms or time.monotonic() > end:
-            break
-        choice = {**best, c: enode}
+    tidy, priced = cheapest(classes, lambda enode: TIDY_COSTS.get(enode.op, 1.0)), cheapest(classes, cost)
+    forms: list[Form] = []
+    seen: set[str] = set()
+
+    def add(choice: dict[int, ENode], change: str) -> None:
         try:
             graph = carry_locations(saturated.graph, build_graph(classes, choice, saturated.graph))
-        except ValueError:       # the other e-node's cheapest children lead back to its own e-class
-            continue
+        except ValueError:       # an e-node's cheapest children lead back to its own e-class
+            return
         key = canonical_hash(graph)
         if key not in seen:
             seen.add(key)
-            forms.append(Form(graph, dag_seconds(classes, choice, cost),
-                              f"{term_text(classes, best, c)} -> {term_text(classes, choice, c)}"))
-    return forms
+            forms.append(Form(graph, dag_seconds(classes, choice, cost), change))
+
+    add(tidy, "")
+    if max_forms > 1:
+        add(priced, _difference(classes, tidy, priced))
+    end = time.monotonic() + seconds
+    options = sorted(((growth, c, enode, k) for k, base in enumerate((priced, tidy))
+                      for growth, c, enode in _alternatives(classes, base, cost)[:MAX_ALTERNATIVES]),
+                     key=lambda item: (item[0], item[1], item[2].op, item[3]))
+    for _, c, enode, k in options:
+        base = (priced, tidy)[k]
+        if len(forms) >= max_forms or time.monotonic() > end:
+            break
+        choice = {**base, c: enode}
+        add(choice, f"{term_text(classes, base, c)} -> {term_text(classes, choice, c)}")
+    return forms[:max_forms]
+
+
+def _difference(classes: EClasses, before: dict[int, ENode], after: dict[int, ENode]) -> str:
+    """Where two choices differ as a person reads them: the e-class nearest the outputs whose chosen constructors
+    differ (below one that only reads differently operands), before -> after."""
+    order, seen = list(classes.roots.values()), set()
+    while order:
+        c = order.pop(0)
+        if c in seen or c not in before or c not in after:
+            continue
+        seen.add(c)
+        old, new = term_text(classes, before, c), term_text(classes, after, c)
+        if old != new and before[c].op != after[c].op:
+            return f"{old} -> {new}"
+        if old != new:
+            order.extend(before[c].children)
+    roots = list(classes.roots.values())
+    return " ; ".join(f"{term_text(classes, before, r)} -> {term_text(classes, after, r)}" for r in roots)
 
 
 COMMUTATIVE = frozenset({Op.ADD, Op.MUL})
@@ -121,11 +158,6 @@ def canonical_hash(graph: Graph) -> str:
         digests[id(node)] = hashlib.sha256(text.encode()).hexdigest()
     return hashlib.sha256(repr(sorted((name, digests[id(node)]) for name, node in graph.outputs.items()))
                           .encode()).hexdigest()
-
-
-def reductions(graph: Graph) -> list[tuple]:
-    """The graph's reductions and contractions by what they reduce: equal where two forms differ only pointwise."""
-    return sorted((node.op.value, node.srcs[0].shape, node.arg) for node in graph.nodes() if node.op in (Op.SUM, Op.MAX))
 
 
 def dag_seconds(classes: EClasses, choice: dict[int, ENode], cost: Callable[[ENode], float]) -> float:
@@ -195,6 +227,8 @@ def _tree(classes: EClasses, best: dict[int, ENode], c: int, cost: Callable[[ENo
 def _operand_side(choice: dict[int, ENode], c: int) -> str:
     """Which operand of `a @ b` a MatMul operand is by its view: a reshaped to (m, k, 1), b to (1, k, n)."""
     enode = choice[c]
+    if enode.op == "Expand":
+        enode = choice[enode.children[0]]
     shape = _ints(enode.lits[0]) if enode.op == "Reshape" else ()
     if len(shape) == 3 and shape[-1] == 1:
         return "left"
@@ -217,6 +251,9 @@ def term_text(classes: EClasses, choice: dict[int, ENode], c: int, depth: int = 
     while enode.op in VIEWS:
         transposed ^= enode.op == "Permute" and _ints(enode.lits[0])[-2:] == (1, 0)
         enode = choice[enode.children[0]]
+    product = choice.get(enode.children[0]) if enode.op == "Sum" else None
+    if product is not None and product.op == "Mul" and all(choice[k].op in VIEWS for k in product.children):
+        enode = ENode("MatMul", product.children, enode.lits)   # sum(expand(a) * expand(b)): a @ b
     if enode.op == "Input":
         return f"{enode.lits[0]}.T" if transposed else str(enode.lits[0])
     if enode.op == "Const":
