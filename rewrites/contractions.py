@@ -15,7 +15,7 @@ reshape(b, (1, k, n)), (m, k, n), 1)`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from egglog import Vec, i64, rewrite, var
 
@@ -23,7 +23,7 @@ from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor
 
 from .proofs import Claim
-from .rule import Rule
+from .rule import Rule, tensor_example
 from .term import Add, MatMul, Reshape, TExpr, dtype_of, shape_of
 
 a, b, c = var("a", TExpr), var("b", TExpr), var("c", TExpr)
@@ -99,14 +99,6 @@ def _distribute_claim() -> Claim:
                  sorts=("real",) * (3 * K), note=f"length {K}")
 
 
-def _example(name: str, build: Callable[[Graph], Tensor]) -> Callable[[], Graph]:
-    def make() -> Graph:
-        g = Graph(name)
-        g.outputs["out"] = build(g).node
-        return g
-    return make
-
-
 def _inputs(g: Graph, *shapes: tuple[int, int]) -> list[Tensor]:
     return [g.input(name, shape, "float32") for name, shape in zip("abcd", shapes)]
 
@@ -133,19 +125,19 @@ def _summed_weight(g: Graph) -> Tensor:
 
 CONTRACTIONS: tuple[Rule, ...] = (
     Rule("matmul_assoc", "(a @ b) @ c -> a @ (b @ c)", (_assoc_right(),), (_assoc_claim(),),
-         _example("matmul_assoc", _chain_right), model="real", stage="contractions"),
+         tensor_example("matmul_assoc", _chain_right), model="real", stage="contractions"),
     Rule("matmul_assoc_left", "a @ (b @ c) -> (a @ b) @ c",
-         (_assoc_left(),), (_assoc_claim(),), _example("matmul_assoc_left", _chain_left), model="real",
+         (_assoc_left(),), (_assoc_claim(),), tensor_example("matmul_assoc_left", _chain_left), model="real",
          stage="contractions"),
     Rule("matmul_factor", "a @ b + a @ c -> a @ (b + c); a @ c + b @ c -> (a + b) @ c",
          (rewrite(Add(MatMul(a, b, s, axis), MatMul(a, c, s, axis))).to(
              MatMul(a, Add(b, c), s, axis), shape_of(b) == shape_of(c), dtype_of(b) == dtype_of(c)),
           rewrite(Add(MatMul(a, c, s, axis), MatMul(b, c, s, axis))).to(
              MatMul(Add(a, b), c, s, axis), shape_of(a) == shape_of(b), dtype_of(a) == dtype_of(b))),
-         (_factor_claim(),), _example("matmul_factor", _shared_left), model="real", stage="contractions"),
+         (_factor_claim(),), tensor_example("matmul_factor", _shared_left), model="real", stage="contractions"),
     Rule("matmul_distribute", "a @ (b + c) -> a @ b + a @ c (the summed operand possibly reshaped)",
          (rewrite(MatMul(a, Add(b, c), s, axis)).to(Add(MatMul(a, b, s, axis), MatMul(a, c, s, axis))),
           rewrite(MatMul(a, Reshape(Add(b, c), rb), s, axis)).to(
               Add(MatMul(a, Reshape(b, rb), s, axis), MatMul(a, Reshape(c, rb), s, axis)))),
-         (_distribute_claim(),), _example("matmul_distribute", _summed_weight), model="real", stage="contractions"),
+         (_distribute_claim(),), tensor_example("matmul_distribute", _summed_weight), model="real", stage="contractions"),
 )

@@ -10,7 +10,7 @@ The pattern nodes cost infinity in extraction until codegen has archetypes for t
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import z3
 from egglog import String, Vec, i64, rewrite, var
@@ -21,7 +21,7 @@ from tensorsmith.ir.tensor import LOG2_E, Tensor
 
 from .eclasses import encode_value
 from .proofs import EXP2, Claim, Scalar, add, mul, real_max
-from .rule import Rule
+from .rule import Rule, tensor_example
 from .term import (Add, Const, Exp2, Expand, Max, MatMul, Mul, OnlineSoftmax, Recip, Reshape, Sum, TExpr, shape_of)
 
 BLOCK = 128          # the streaming softmax's block length (the last block may be partial)
@@ -132,14 +132,6 @@ def _softmax_pattern() -> TExpr:
     return Mul(e, Expand(Recip(Reshape(Sum(e, axis), r)), shape))
 
 
-def _example(name: str, build: Callable[[Graph], Tensor]) -> Callable[[], Graph]:
-    def make() -> Graph:
-        g = Graph(name)
-        g.outputs["out"] = build(g).node
-        return g
-    return make
-
-
 def _row_scaled_matmul(g: Graph) -> Tensor:
     x_, s_, W_ = g.input("x", (4, 8), "float32"), g.input("s", (4, 1), "float32"), g.input("W", (8, 6), "float32")
     return (x_ * s_) @ W_
@@ -153,7 +145,7 @@ PATTERNS: tuple[Rule, ...] = (
     Rule("matmul", "sum(expand(a, s) * expand(b, s), axis) -> MatMul(a, b, s, axis)",
          rewrite(Sum(Mul(Expand(a, shape), Expand(b, shape)), axis)).to(MatMul(a, b, shape, axis)),
          (_matmul_claim(),),
-         _example("matmul", lambda g: g.input("x", (4, 8), "float32") @ g.input("y", (8, 6), "float32")),
+         tensor_example("matmul", lambda g: g.input("x", (4, 8), "float32") @ g.input("y", (8, 6), "float32")),
          stage="patterns"),
     Rule("rmsnorm_matmul", "(x * s) @ W -> s * (x @ W) for s constant along the contracted axis",
          (rewrite(Sum(Mul(Expand(Reshape(Mul(x, Expand(c, t_shape)), r_shape), shape), b), axis)).to(
@@ -162,10 +154,10 @@ PATTERNS: tuple[Rule, ...] = (
           rewrite(Sum(Mul(Expand(Reshape(Mul(Mul(x, Expand(c, t_shape)), a), r_shape), shape), b), axis)).to(
               Mul(Sum(Mul(Expand(Reshape(Mul(x, a), r_shape), shape), b), axis), Expand(c, shape.remove(axis))),
               *_scale_conditions())),
-         _rmsnorm_claims(), _example("rmsnorm_matmul", _row_scaled_matmul), model="real", stage="patterns"),
+         _rmsnorm_claims(), tensor_example("rmsnorm_matmul", _row_scaled_matmul), model="real", stage="patterns"),
     Rule("online_softmax", f"softmax(x, axis) -> OnlineSoftmax(x, axis, {BLOCK}): running max, rescaled running sum",
          rewrite(_softmax_pattern()).to(OnlineSoftmax(x, axis, i64(BLOCK))),
          (_online_softmax_claim(4, 2), _online_softmax_claim(3, 2), _online_softmax_claim(2, 1)),
-         _example("online_softmax", lambda g: nn.softmax(g.input("x", (4, 8), "float32"), -1)),
+         tensor_example("online_softmax", lambda g: nn.softmax(g.input("x", (4, 8), "float32"), -1)),
          model="real", stage="patterns"),
 )

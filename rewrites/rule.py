@@ -9,6 +9,7 @@ from egglog import RewriteOrRule
 
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node
+from tensorsmith.ir.tensor import Tensor
 
 from .eclasses import EClasses
 from .proofs import Claim
@@ -43,6 +44,15 @@ class Rule:
     def rewrites(self) -> tuple[RewriteOrRule, ...]:
         """Its egglog rewrites (rank-specialised rules have one per rank)."""
         return self.rewrite if isinstance(self.rewrite, tuple) else (self.rewrite,)
+
+
+def tensor_example(name: str, build: Callable[[Graph], Tensor]) -> Callable[[], Graph]:
+    """An example built with the Tensor API: a graph named `name` whose single output "out" is build(graph)."""
+    def make() -> Graph:
+        g = Graph(name)
+        g.outputs["out"] = build(g).node
+        return g
+    return make
 
 
 def example_graph(name: str, out: Callable[..., Node], shape: tuple[int, ...] = (3, 4), dtype: str = "float32",

@@ -221,11 +221,8 @@ class Harness:
         except Exception as err:
             measured.failure = one_line(err)
             return
-        if not measured.error <= limit:
-            measured.wrong = True
-            measured.failure = f"output differs from PyTorch's: relative L2 error {measured.error:.3g} > {limit:g}"
-            return
-        runs[WRITTEN] = partial(_run_into, session, outputs)
+        if _right(measured, limit, "PyTorch's"):
+            runs[WRITTEN] = partial(_run_into, session, outputs)
 
     def _check_baseline(self, name: str, case: Case, tensors: dict[str, Any], truth: dict[str, Any], limit: float,
                         row: Row, runs: dict[str, Callable[[], object]]) -> None:
@@ -240,11 +237,8 @@ class Harness:
         except Exception as err:   # a baseline that fails is reported on its row; the run goes on
             measured.failure = one_line(err)
             return
-        if not measured.error <= limit:
-            measured.wrong = True
-            measured.failure = f"output differs from float32: relative L2 error {measured.error:.3g} > {limit:g}"
-            return
-        runs[name] = lambda: fn(**tensors)
+        if _right(measured, limit, "float32"):
+            runs[name] = lambda: fn(**tensors)
 
 
 @contextlib.contextmanager
@@ -293,6 +287,16 @@ def commit() -> str:
             continue
         return head.stdout.strip() + ("+changes" if dirty else "")
     return "unknown"
+
+
+def _right(measured: Measured, limit: float, against: str) -> bool:
+    """Whether a run's output error is within `limit`; if not, it is marked wrong, with why, and is not timed."""
+    if measured.error is not None and measured.error <= limit:
+        return True
+    measured.wrong = True
+    error = f"{measured.error:.3g}" if measured.error is not None else "not measured"
+    measured.failure = f"output differs from {against}: relative L2 error {error} > {limit:g}"
+    return False
 
 
 WRITTEN = "written"   # the run of the graph as written (rewrites off), beside a program of another algebraic form
