@@ -285,7 +285,7 @@ def _form_lines(forms: list[dict]) -> list[str]:
     lines = ["algebraic forms searched (e-graph choices; best candidate of each, predicted / measured):"]
     for form in forms:
         mark = "won" if form.get("won") else "   "
-        written = " (the graph as written)" if form.get("as_written") else ""
+        written = " (the graph as written)" if form.get("as_written") and form["change"] != "as written" else ""
         lines.append(f"  {mark}  {form['change']}{written}: {us(form.get('predicted_us'))} / "
                      f"{us(form.get('measured_us'))}")
     return lines

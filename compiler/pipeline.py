@@ -80,7 +80,7 @@ class Compilation:
     reference_s: float | None = None   # one float64 evaluation of the user's graph on draw 0, as timed before searching
 
     def chosen_graph(self) -> Graph:
-        """The rewritten graph that extraction chose, which the search partitions into kernels."""
+        """The graph the search partitions into kernels: extraction's first form, then the form that won."""
         if self.chosen is None:
             raise RuntimeError("no graph chosen yet: the extraction stage has not run")
         return self.chosen
@@ -99,7 +99,7 @@ def _saturate(c: Compilation) -> None:
 
 def _extract(c: Compilation) -> None:
     if c.saturated is None:          # rewrites off
-        c.forms, c.chosen = [search.Form(c.graph, math.nan, WRITTEN)], c.graph
+        c.forms, c.chosen = [search.Form(c.graph, None, WRITTEN)], c.graph
         return
     c.forms = search.extract_forms(c.saturated, c.target)   # the first: the graph as written, tidied
     c.chosen = c.forms[0].graph
@@ -125,7 +125,7 @@ def _search(c: Compilation) -> None:
                         c.graph.name, err)
             c.left_out["rewrites"] = (f"the rewritten graph failed random testing ({err}); the graph as written was"
                                       f" compiled")
-            c.chosen, c.forms = c.graph, [search.Form(c.graph, math.nan, WRITTEN)]
+            c.chosen, c.forms = c.graph, [search.Form(c.graph, None, WRITTEN)]
             c.search = _search_chosen(c, measure)
     c.chosen = c.forms[c.search.form].graph if c.forms else c.chosen
     c.kernel_program = c.search.program
@@ -274,7 +274,7 @@ class Stage:
 
 STAGES: list[Stage] = [
     Stage("saturate", _saturate),     # grow the e-graph, bounded
-    Stage("extract", _extract),       # choose one program from it
+    Stage("extract", _extract),       # the program forms the search chooses among
     Stage("search", _search),         # kernel boundaries, archetypes and schedules: beam search and MCTS
     Stage("verify", _verify),         # exact (prime field) and random tests of the kernel program
     Stage("render", _render),         # Jinja -> CUDA C
@@ -370,7 +370,8 @@ def _forms(c: Compilation) -> list[dict[str, Any]]:
     """The algebraic forms searched: how each differs from the first (the graph as written, tidied), whether it won,
     and its best candidate's predicted and measured time."""
     best = c.search.form_best if c.search is not None else []
-    return [{"change": form.change or WRITTEN, "estimate_us": form.seconds * 1e6, "as_written": i == 0,
+    return [{"change": form.change or WRITTEN, "as_written": i == 0,
+             "estimate_us": form.seconds * 1e6 if form.seconds is not None else None,
              "won": c.search is not None and c.search.form == i, **(best[i] if i < len(best) else {})}
             for i, form in enumerate(c.forms)]
 

@@ -139,5 +139,6 @@ CONTRACTIONS: tuple[Rule, ...] = (
          (rewrite(MatMul(a, Add(b, c), s, axis)).to(Add(MatMul(a, b, s, axis), MatMul(a, c, s, axis))),
           rewrite(MatMul(a, Reshape(Add(b, c), rb), s, axis)).to(
               Add(MatMul(a, Reshape(b, rb), s, axis), MatMul(a, Reshape(c, rb), s, axis)))),
-         (_distribute_claim(),), tensor_example("matmul_distribute", _summed_weight), model="real", stage="contractions"),
+         (_distribute_claim(),), tensor_example("matmul_distribute", _summed_weight), model="real",
+         stage="contractions"),
 )

@@ -6,7 +6,8 @@
 - online_softmax: the softmax expression is `OnlineSoftmax(x, axis, block)`, its streaming form (a running
   max and a running sum rescaled by exp2(old max - new max), one block at a time). The claim proves that
   algorithm equal to softmax over a small concrete length, with a partial last block.
-The pattern nodes cost infinity in extraction until codegen has archetypes for them (search/extract.py).
+MatMul is built as the contraction it stands for (rewrites/eclasses.py); OnlineSoftmax costs infinity in extraction
+until codegen has an archetype for it (search/extract.py).
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 small graph whose output is the rule's left-hand side (`example`, for the random numeric check).
 
 This file holds the identities, commutativity, casts and views; rewrites/algebra.py the algebra and the
-reductions; rewrites/patterns.py the patterns; rewrites/contractions.py the laws of matrix products. `RULES` is all of them.
+reductions; rewrites/patterns.py the patterns; rewrites/contractions.py the laws of matrix products. `RULES` is all
+of them.
 
 Rules that look right and are not, and so do not ship (the tests show each one refuted):
 - x * 0 -> 0: inf * 0 and nan * 0 are nan.

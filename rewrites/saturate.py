@@ -17,8 +17,8 @@ sum and max) runs to saturation or its iteration limit; then "reassociate" (asso
 exp2 splitting, which grow the e-graph exponentially) runs a couple of iterations under a growth limit of its
 own, rolled back if crossed; then "patterns" (matmul, RMSNorm into matmul, online softmax) recognises the
 forms the later stages match on; then "contractions" (matmul associativity, factoring and distribution over a
-sum) rewrites those MatMul terms under a growth limit. (The fusion stage of issue 3 is not built yet.) A rule's `derive` pass
-(constant folding) runs after every egglog call of its stage. The report has every call, tagged with its stage,
+sum) rewrites those MatMul terms under a growth limit. (The fusion stage of issue 3 is not built yet.) A rule's
+`derive` pass (constant folding) runs after every egglog call of its stage. The report has every call, tagged with its stage,
 and how often each rule matched.
 """
 from __future__ import annotations

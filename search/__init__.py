@@ -5,5 +5,6 @@ from .extract import Form, canonical_hash, extract, extract_forms
 from .partition import partition
 from .verify import VerificationError, random_inputs, relative_l2, verify_program
 
-__all__ = ["Form", "canonical_hash", "extract", "extract_forms", "partition", "search_program", "SearchConfig", "SearchProgress", "SearchResult", "SearchStats",
+__all__ = ["Form", "canonical_hash", "extract", "extract_forms", "partition", "search_program", "SearchConfig",
+           "SearchProgress", "SearchResult", "SearchStats",
            "VerificationError", "random_inputs", "relative_l2", "verify_program"]

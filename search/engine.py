@@ -115,7 +115,7 @@ class SearchResult:
 
 @dataclass
 class _Run:
-    """The mutable state of one search: the space, what was tried, the clock."""
+    """The mutable state of one search: the spaces of its forms, what was tried, the clock."""
 
     spaces: list[CandidateSpace]   # one per form
     graph: Graph              # what candidates are random-tested against: the caller's reference graph
@@ -293,11 +293,12 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     run = _Run(spaces, reference or graph, seed, cfg, start + budget_s, start + budget_s, measure, progress,
                draws=draws if draws is not None else {})
     run.deadline -= _verification_reserve(run, budget_s, reference_s)
-    ranked = [beam(spaces[0], cfg.beam, _beam_deadline(run, 0), run.score)]
+    ranked = [beam(spaces[0], cfg.beam, _beam_deadline(run), run.score)]
     _measure_first(run, ranked[0])   # each form's choice by the model (codegen's measured defaults where near) first:
-    ranked += [beam(space, cfg.beam, _beam_deadline(run, form), run.score)   # a candidate MCTS measures wins only
-               if time.monotonic() < run.deadline else []                    # by being faster; a form met after the
-               for form, space in enumerate(spaces) if form > 0]             # deadline is not searched
+    share = _form_share(run)         # a candidate MCTS measures wins only by being faster
+    ranked += [beam(space, cfg.beam, min(run.deadline, time.monotonic() + share), run.score)
+               if time.monotonic() < run.deadline else []        # a form met after the deadline is not searched
+               for space in spaces[1:]]
     for found in sorted(ranked[1:], key=lambda found: found[0][0] if found else math.inf):
         _measure_first(run, found)
     roots = _mcts_roots(spaces, ranked, run.deadline)
@@ -316,15 +317,17 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
 BEAM_SHARE = 0.5   # of the search's time, where it has several forms: what their beams may take, in equal shares
 
 
-def _beam_deadline(run: _Run, form: int) -> float:
-    """When form `form`'s beam stops: with one form, the search's deadline; with several, the first form's beam may
-    take BEAM_SHARE of the time and each other form's an equal share of BEAM_SHARE of what is left after it, so that
-    the forms' best candidates are still measured and MCTS runs."""
-    count = len(run.spaces)
-    if count == 1:
+def _beam_deadline(run: _Run) -> float:
+    """When the first form's beam stops: with one form, the search's deadline; with several, after BEAM_SHARE of
+    the time, so that the other forms are searched too, their best candidates measured, and MCTS runs."""
+    if len(run.spaces) == 1:
         return run.deadline
-    left = max(0.0, run.deadline - time.monotonic())
-    return time.monotonic() + left * BEAM_SHARE / (1 if form == 0 else count - form)
+    return time.monotonic() + max(0.0, run.deadline - time.monotonic()) * BEAM_SHARE
+
+
+def _form_share(run: _Run) -> float:
+    """Seconds each form after the first may spend in its beam: equal shares of BEAM_SHARE of what is left."""
+    return max(0.0, run.deadline - time.monotonic()) * BEAM_SHARE / max(1, len(run.spaces) - 1)
 
 
 def _measure_first(run: _Run, found: list[tuple[float, Candidate]]) -> None:

@@ -31,14 +31,14 @@ from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.targets import Target, get_target
-from tensorsmith.rewrites.eclasses import EClasses, ENode, build_graph, cheapest, read_eclasses
+from tensorsmith.ir.ops import COMMUTATIVE
+from tensorsmith.rewrites.eclasses import EClasses, ENode, ExtractionError, build_graph, cheapest, read_eclasses
 from tensorsmith.rewrites.saturate import Saturated
+from tensorsmith.rewrites.term import LEAVES, VIEWS
 
 from .cost import TRANSCENDENTAL_FLOPS
 
 VIEW_S = 1e-15            # a view or a leaf: free, but fewer of them is the tidier program
-LEAVES = frozenset({"Input", "Const", "Iota"})
-VIEWS = frozenset({"Reshape", "Permute", "Expand", "Slice", "Pad"})
 TRANSCENDENTAL = frozenset({"Exp2", "Log2", "Sin", "Sqrt", "Recip"})
 TENSOR_CORE_DTYPES = frozenset({"float16", "bfloat16"})
 REDUCING = frozenset({"MatMul", "Sum", "Max"})
@@ -54,11 +54,12 @@ FORMS_SECONDS = 2.0       # at most this long spent building alternatives
 
 @dataclass(frozen=True)
 class Form:
-    """One program of the e-graph: its graph, the estimate it was chosen by (seconds of arithmetic on the target,
-    each shared term once), and how it differs from the cheapest ("" for the cheapest itself)."""
+    """One program of the e-graph: its graph, its estimate (seconds of arithmetic on the target, each shared term
+    once; None where it was not extracted), and how it differs from the form it was derived from ("" for the
+    first, the graph as written)."""
 
     graph: Graph
-    seconds: float
+    seconds: float | None
     change: str = ""
 
 
@@ -102,7 +103,11 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
     def add(choice: dict[int, ENode], change: str) -> None:
         try:
             graph = carry_locations(saturated.graph, build_graph(classes, choice, saturated.graph))
-        except ValueError:       # an e-node's cheapest children lead back to its own e-class
+        except ExtractionError:  # an ill-formed term: an unsound rule, never hidden
+            raise
+        except ValueError:       # an alternative's cheapest children lead back to its own e-class
+            if not forms:
+                raise
             return
         key = canonical_hash(graph)
         if key not in seen:
@@ -112,6 +117,8 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
     add(tidy, "")
     if max_forms > 1:
         add(priced, _difference(classes, tidy, priced))
+    if max_forms == 1:
+        return forms
     end = time.monotonic() + seconds
     options = sorted(((growth, c, enode, k) for k, base in enumerate((priced, tidy))
                       for growth, c, enode in _alternatives(classes, base, cost)[:MAX_ALTERNATIVES]),
@@ -141,9 +148,6 @@ def _difference(classes: EClasses, before: dict[int, ENode], after: dict[int, EN
             order.extend(before[c].children)
     roots = list(classes.roots.values())
     return " ; ".join(f"{term_text(classes, before, r)} -> {term_text(classes, after, r)}" for r in roots)
-
-
-COMMUTATIVE = frozenset({Op.ADD, Op.MUL})
 
 
 def canonical_hash(graph: Graph) -> str:
@@ -182,12 +186,12 @@ def _reachable(classes: EClasses, choice: dict[int, ENode]) -> list[int]:
 
 def _alternatives(classes: EClasses, best: dict[int, ENode],
                   cost: Callable[[ENode], float]) -> list[tuple[float, int, ENode]]:
-    """(growth of the estimate, e-class, e-node) for each other e-node of an e-class the cheapest program uses that
+    """(growth of the estimate, e-class, e-node) for each other e-node of an e-class the program `best` uses that
     moves work across a contraction or a reduction (what changes kernels): not a reordering of the same operands, not
     a pointwise choice, which fusion makes the same kernels either way."""
     totals: dict[int, float] = {}
-    for c in reversed(_reachable(classes, best)):
-        totals[c] = cost(best[c]) + sum(totals.get(child, 0.0) for child in best[c].children)
+    for c in _reachable(classes, best):
+        _tree(classes, best, c, cost, totals)
     found = []
     for c in _reachable(classes, best):
         chosen = best[c]

@@ -2,8 +2,8 @@
 
 Level 1 chooses a program form (one of the equivalent graphs extraction gave, search/extract.py: an e-class
 choice) together with its kernel boundaries (among the pairs it is given, typically each form's beam frontier and
-the neighbours of the best); level i+1 chooses the schedule of kernel i among its `schedules_per_kernel` cheapest feasible
-ones. Selection is UCT; a rollout completes the remaining schedules at random (seeded); the reward of a
+the neighbours of the best); level i+1 chooses the schedule of kernel i among its `schedules_per_kernel` cheapest
+feasible ones. Selection is UCT; a rollout completes the remaining schedules at random (seeded); the reward of a
 full candidate is t_ref / t, where t is what `evaluate` returns (measured seconds, or the cost model's)
 and t_ref the first time seen, so rewards near 1 or above mean "as good as the first candidate or better".
 `evaluate` may return None to reject a candidate (it failed verification): reward 0.

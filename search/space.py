@@ -1,6 +1,6 @@
 """The candidate space: kernel boundaries x per-kernel schedules, each point a KernelProgram.
 
-A point is `Candidate(boundaries, schedules)`. Boundaries are the set of graph nodes that get a buffer of
+A point is `Candidate(boundaries, schedules, form)`. Boundaries are the set of graph nodes that get a buffer of
 their own (positions in `graph.nodes()` order, so that they are deterministic), always legalised: codegen's
 refusals (`NotFusable`) add the nodes it names. Moves between boundary sets materialise one node more or
 one fewer. Schedules come from each archetype's declared space (`codegen.schedules.ARCHETYPES`), filtered by
@@ -74,7 +74,7 @@ class ScheduleOptions:
 @dataclass
 class CandidateSpace:
     """Lazily enumerated, cached candidate programs for one graph and target; `form` numbers the graph among the
-    equivalent ones a search is given (0: extraction's cheapest)."""
+    equivalent ones a search is given (0: the graph as written, tidied)."""
 
     graph: Graph
     target: Target

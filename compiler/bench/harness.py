@@ -128,7 +128,7 @@ class Harness:
             self._measure(case, row)
         except Exception as err:
             failure = f"the harness failed: {one_line(err)}"
-            for measured in (row.kernels, row.call, *row.baselines.values()):
+            for measured in (row.kernels, row.call, *row.baselines.values(), *([row.written] if row.written else [])):
                 if measured.ms is None and measured.failure is None:
                     measured.failure = failure
         self.torch.cuda.empty_cache()
@@ -187,20 +187,13 @@ class Harness:
                     runs: dict[str, Callable[[], object]], stack: ExitStack) -> None:
         try:
             row.call.error = relative_error(self.torch, program(**tensors), truth)
-            session, outputs = bind_device_arrays(program, tensors, stack)
-            for output in outputs.values():     # poisoned: an element the kernels do not write fails the check
-                poison = float("nan") if output.is_floating_point() else -1  # type: ignore[attr-defined]
-                output.fill_(poison)  # type: ignore[attr-defined]
+            session, outputs = _poisoned(program, tensors, stack)
             session.run_all()
             row.kernels.error = relative_error(self.torch, outputs, truth)
         except Exception as err:
             row.kernels.failure = row.call.failure = one_line(err)
             return
-        for measured in (row.kernels, row.call):
-            if measured.error is None or not measured.error <= limit:
-                measured.wrong = True
-                measured.failure = f"output differs from PyTorch's: relative L2 error {measured.error:.3g} > {limit:g}"
-        if row.kernels.wrong or row.call.wrong:
+        if not all([_right(row.kernels, limit, "PyTorch's"), _right(row.call, limit, "PyTorch's")]):
             return
         runs["kernels"], runs["call"] = partial(_run_into, session, outputs), lambda: program(**tensors)
 
@@ -215,7 +208,7 @@ class Harness:
                 program = ts_compile(case.graph, budget_s=self.budget_s, seed=self.seed, progress=False,
                                      rewrites=False)
             measured.compile_s = time.perf_counter() - start
-            session, outputs = bind_device_arrays(program, tensors, stack)
+            session, outputs = _poisoned(program, tensors, stack)
             session.run_all()
             measured.error = relative_error(self.torch, outputs, truth)
         except Exception as err:
@@ -287,6 +280,14 @@ def commit() -> str:
             continue
         return head.stdout.strip() + ("+changes" if dirty else "")
     return "unknown"
+
+
+def _poisoned(program: Program, tensors: dict[str, Any], stack: ExitStack) -> tuple[Session, dict[str, Any]]:
+    """The program bound to the caller's tensors, its outputs poisoned: an element the kernels do not write fails."""
+    session, outputs = bind_device_arrays(program, tensors, stack)
+    for output in outputs.values():
+        output.fill_(float("nan") if output.is_floating_point() else -1)  # type: ignore[attr-defined]
+    return session, outputs
 
 
 def _right(measured: Measured, limit: float, against: str) -> bool:

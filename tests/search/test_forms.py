@@ -91,7 +91,7 @@ def test_the_search_chooses_another_form_predicted_faster(make: Callable[[], Gra
     graph = make()
     alone, searched, graphs = _searched(graph)
     chosen = graphs[searched.form]
-    assert canonical_hash(chosen) != canonical_hash(graph), "the written form won"
+    assert searched.form != 0 and canonical_hash(chosen) != canonical_hash(graph), "the written form won"
     assert searched.predicted_us < alone.predicted_us / 1.05, (searched.predicted_us, alone.predicted_us)
     assert searched.checks and all(check.error <= check.tolerance for check in searched.checks)
 
@@ -102,14 +102,18 @@ def test_reassociation_picks_the_order_with_fewer_flops() -> None:
     assert _matmul_flops(graphs[searched.form]) * 32 < _matmul_flops(graph)
 
 
+def _reads(node: ts.ir.node.Node, name: str) -> bool:
+    return any(n.op == Op.INPUT and n.arg == name for n in ts.ir.node.toposort([node]))
+
+
 def test_the_row_scale_is_applied_after_the_matmul() -> None:
-    """The winner's matmul reads x itself (a plain operand, copied by TMA), and the scale multiplies its output."""
+    """The winner's matmul reads x and w alone in its product (plain operands, copied by TMA), and s only in its
+    epilogue, after the sum."""
     _, searched, _ = _searched(row_scaled_linear())
     matmul = next(k for k in searched.program.kernels if k.archetype == "matmul")
     product = next(node for node in matmul.body if node.op == Op.SUM)
-    operands = {src.op for src in product.srcs[0].srcs}
-    assert Op.EXPAND in operands and all(node.op != Op.MUL or node is product.srcs[0]
-                                         for node in ts.ir.node.toposort([product]))
+    assert not _reads(product, "s") and _reads(product, "x")
+    assert any(_reads(out, "s") for _, out in matmul.outputs)
 
 
 def test_mcts_over_form_choices_finds_a_program_beam_over_boundaries_alone_does_not() -> None:
@@ -118,7 +122,7 @@ def test_mcts_over_form_choices_finds_a_program_beam_over_boundaries_alone_does_
     candidate the beam found over the written form is as fast."""
     graph = row_scaled_linear()
     forms = extract_forms(rewrites.saturate(graph))
-    moved = next(form for form in forms if canonical_hash(form.graph) != canonical_hash(graph))
+    moved = next(form for form in forms[1:] if canonical_hash(form.graph) != canonical_hash(graph))
     target = get_target("sm90")
     spaces = [CandidateSpace(graph, target), CandidateSpace(moved.graph, target, form=1)]
     found = beam(spaces[0], BeamConfig())
@@ -144,7 +148,7 @@ def test_a_compile_searches_the_forms_and_says_which_won_and_without_rewrites_on
     program = ts.compile(graph, budget_s=BUDGET_S, profile=False, cache=False, progress=False)
     forms = program.report["forms"]
     won = next(form for form in forms if form["won"])
-    assert not won["as_written"] and any(form["as_written"] for form in forms)
+    assert not won["as_written"] and forms[0]["as_written"] and not forms[0]["won"]
     products = [node for kernel in program.kernel_program.kernels for node in kernel.body
                 if node.op == Op.SUM and node.srcs[0].op == Op.MUL]
     assert sum(2 * math.prod(node.srcs[0].shape) for node in products) * 32 < _matmul_flops(graph)
