@@ -100,7 +100,9 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
     forms: list[Form] = []
     seen: set[str] = set()
 
-    def add(choice: dict[int, ENode], change: str) -> None:
+    def add(choice: dict[int, ENode], change: Callable[[], str]) -> None:
+        """The choice's program as a form, unless it is cyclic or seen; its label made only then (a cyclic choice
+        has no text)."""
         try:
             graph = carry_locations(saturated.graph, build_graph(classes, choice, saturated.graph))
         except ExtractionError:  # an ill-formed term: an unsound rule, never hidden
@@ -112,11 +114,11 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
         key = canonical_hash(graph)
         if key not in seen:
             seen.add(key)
-            forms.append(Form(graph, dag_seconds(classes, choice, cost), change))
+            forms.append(Form(graph, dag_seconds(classes, choice, cost), change()))
 
-    add(tidy, "")
+    add(tidy, lambda: "")
     if max_forms > 1:
-        add(priced, _difference(classes, tidy, priced))
+        add(priced, lambda: _difference(classes, tidy, priced))
     if max_forms == 1:
         return forms
     end = time.monotonic() + seconds
@@ -128,7 +130,7 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
         if len(forms) >= max_forms or time.monotonic() > end:
             break
         choice = {**base, c: enode}
-        add(choice, f"{term_text(classes, base, c)} -> {term_text(classes, choice, c)}")
+        add(choice, lambda: f"{term_text(classes, base, c)} -> {term_text(classes, choice, c)}")
     return forms[:max_forms]
 
 

@@ -140,34 +140,13 @@ def test_a_rule_that_merges_different_shapes_is_rolled_back_and_reported() -> No
     np.testing.assert_allclose(evaluate(extracted, data)["y"], evaluate(g, data)["y"])
 
 
-def _llama_stack(layers: int, tokens: int = 16, width: int = 64, heads: int = 4, ffn: int = 128) -> ts.Graph:
-    """Llama-style decoder blocks one after another (the shapes do not change what the rules do)."""
-    g = ts.Graph(f"llama_{layers}")
-    x = g.input("x", (tokens, width), "float16")
-
-    def split(t: ts.Tensor) -> ts.Tensor:
-        return t.reshape(tokens, heads, width // heads).permute(1, 0, 2)
-    for i in range(layers):
-        an, fn = g.input(f"an{i}", (width,), "float16"), g.input(f"fn{i}", (width,), "float16")
-        wq, wk, wv, wo = (g.input(f"{n}{i}", (width, width), "float16") for n in ("wq", "wk", "wv", "wo"))
-        wg, wu = g.input(f"wg{i}", (ffn, width), "float16"), g.input(f"wu{i}", (ffn, width), "float16")
-        wd = g.input(f"wd{i}", (width, ffn), "float16")
-        h = nn.rms_norm(x, an)
-        q, k, v = split(nn.linear(h, wq)), split(nn.linear(h, wk)), split(nn.linear(h, wv))
-        attended = nn.attention(nn.rope(q), nn.rope(k), v, causal=True).permute(1, 0, 2).reshape(tokens, width)
-        x = x + nn.linear(attended, wo)
-        h = nn.rms_norm(x, fn)
-        x = x + nn.linear(nn.silu(nn.linear(h, wg)) * nn.linear(h, wu), wd)
-    g.output("y", x)
-    return g
-
-
 def test_a_transformer_stack_saturates_in_size_and_time_linear_in_its_layers() -> None:
-    """Every stage runs on a Llama-style block; four blocks give at most about four times the e-nodes, far under the
-    200k e-nodes and 10 s that issue 19 allows a block (measured: 1 layer 428 e-nodes, 16 layers 7,323 in 3 s)."""
+    """Every stage runs on the block; four blocks give at most about four times the e-nodes, far under the 200k
+    e-nodes and 10 s allowed for one (`python benchmarks/saturation.py` prints the table)."""
+    bench = load(ROOT / "benchmarks" / "saturation.py", "bench_saturation")
     sizes, seconds = {}, {}
     for layers in (1, 4):
-        report = saturate(_llama_stack(layers)).report
+        report = saturate(bench.transformer(layers)).report  # type: ignore[attr-defined]
         assert report.stopped != "conflict" and [s for s, _ in report.stage_stops] == [
             "algebra", "reassociate", "patterns", "contractions"]
         sizes[layers], seconds[layers] = report.enodes, report.seconds
