@@ -20,7 +20,7 @@ from tensorsmith.search.beam import BeamConfig, beam
 from tensorsmith.search.mcts import MCTSConfig, mcts
 from tensorsmith.search.space import CandidateSpace
 
-BUDGET_S = 10.0
+BUDGET_S = 5.0
 
 
 def _graph(name: str, shapes: list[tuple[str, tuple[int, ...]]], out: Callable[..., Tensor]) -> Graph:
