@@ -21,6 +21,7 @@ which would hide an unsound rule. (Where saturation itself caught a rule merging
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import time
@@ -117,10 +118,9 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
             forms.append(Form(graph, dag_seconds(classes, choice, cost), change()))
 
     add(tidy, lambda: "")
-    if max_forms > 1:
-        add(priced, lambda: _difference(classes, tidy, priced))
     if max_forms == 1:
         return forms
+    add(priced, lambda: _difference(classes, tidy, priced))
     end = time.monotonic() + seconds
     options = sorted(((growth, c, enode, k) for k, base in enumerate((priced, tidy))
                       for growth, c, enode in _alternatives(classes, base, cost)[:MAX_ALTERNATIVES]),
@@ -130,8 +130,13 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
         if len(forms) >= max_forms or time.monotonic() > end:
             break
         choice = {**base, c: enode}
-        add(choice, lambda: f"{term_text(classes, base, c)} -> {term_text(classes, choice, c)}")
+        add(choice, functools.partial(_change, classes, base, choice, c))
     return forms[:max_forms]
+
+
+def _change(classes: EClasses, before: dict[int, ENode], after: dict[int, ENode], c: int) -> str:
+    """One e-class's term before and after a choice, as a person reads them."""
+    return f"{term_text(classes, before, c)} -> {term_text(classes, after, c)}"
 
 
 def _difference(classes: EClasses, before: dict[int, ENode], after: dict[int, ENode]) -> str:
@@ -145,7 +150,7 @@ def _difference(classes: EClasses, before: dict[int, ENode], after: dict[int, EN
         seen.add(c)
         old, new = term_text(classes, before, c), term_text(classes, after, c)
         if old != new and before[c].op != after[c].op:
-            return f"{old} -> {new}"
+            return _change(classes, before, after, c)
         if old != new:
             order.extend(before[c].children)
     roots = list(classes.roots.values())
