@@ -120,7 +120,8 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
     add(tidy, lambda: "")
     if max_forms == 1:
         return forms
-    add(priced, lambda: _difference(classes, tidy, priced))
+    if _moves_work(classes, tidy, priced):   # a pointwise difference would give the same kernels
+        add(priced, lambda: _difference(classes, tidy, priced))
     end = time.monotonic() + seconds
     options = sorted(((growth, c, enode, k) for k, base in enumerate((priced, tidy))
                       for growth, c, enode in _alternatives(classes, base, cost)[:MAX_ALTERNATIVES]),
@@ -132,6 +133,12 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
         choice = {**base, c: enode}
         add(choice, functools.partial(_change, classes, base, choice, c))
     return forms[:max_forms]
+
+
+def _moves_work(classes: EClasses, before: dict[int, ENode], after: dict[int, ENode]) -> bool:
+    """Whether `after` chooses otherwise than `before` in an e-class where a contraction or a reduction is chosen."""
+    return any(before.get(c) != after[c] and {after[c].op, before[c].op if c in before else ""} & REDUCING
+               for c in _reachable(classes, after))
 
 
 def _change(classes: EClasses, before: dict[int, ENode], after: dict[int, ENode], c: int) -> str:
