@@ -11,7 +11,7 @@ is the cheapest.
 
 That estimate cannot see fusion, memory traffic or the prologue that a matmul with a computed operand runs on
 mma.sync; the search's cost model and the GPU can. So `extract_forms` returns the written form, the cheapest by
-the estimate, and the programs one e-class choice away from either (one other e-node in one e-class, where the
+the estimate (where it differs in a contraction or a reduction), and the programs one e-class choice away from either (one other e-node in one e-class, where the
 choice moves work across a contraction or a reduction, ordered by how much the estimate grows), distinct, at
 most `MAX_FORMS` in all: the search prices each form's kernels and chooses among them (search/engine.py). A graph
 whose extraction fails raises `ExtractionError` (rewrites/eclasses.py); there is no fallback to the input graph,
@@ -92,8 +92,8 @@ def extract(saturated: Saturated, target: Target | str = "sm90") -> Graph:
 def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms: int = MAX_FORMS,
                   seconds: float = FORMS_SECONDS) -> list[Form]:
     """Distinct programs of the e-graph (`Form`): first the program as written, tidied (`TIDY_COSTS`), then the
-    cheapest by its arithmetic at its shapes where that differs, then those one e-class choice away from either
-    (each moving work across a contraction or a reduction), cheapest first."""
+    cheapest by its arithmetic at its shapes where it differs in a contraction or a reduction, then those one
+    e-class choice away from either (each moving work across a contraction or a reduction), cheapest first."""
     target = get_target(target) if isinstance(target, str) else target
     classes = read_eclasses(saturated.egraph, saturated.roots)
     cost = term_cost(classes, target)
