@@ -58,7 +58,7 @@ class Compilation:
     target: Target
     saturated: Any = None
     chosen: Graph | None = None
-    forms: list[Any] = field(default_factory=list)   # search.extract.Form: the programs searched, as written first
+    forms: list[search.Form] = field(default_factory=list)   # the programs searched, as written first
     kernel_program: KernelProgram | None = None
     checks: list[Check] = field(default_factory=list)
     rendered: list[RenderedKernel] = field(default_factory=list)

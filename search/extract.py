@@ -32,17 +32,17 @@ from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.targets import Target, get_target
-from tensorsmith.ir.ops import COMMUTATIVE
-from tensorsmith.rewrites.eclasses import EClasses, ENode, ExtractionError, build_graph, cheapest, read_eclasses
+from tensorsmith.ir.ops import COMMUTATIVE, REDUCE, UNARY
+from tensorsmith.rewrites.eclasses import OPS, EClasses, ENode, ExtractionError, build_graph, cheapest, read_eclasses
 from tensorsmith.rewrites.saturate import Saturated
 from tensorsmith.rewrites.term import LEAVES, VIEWS
 
 from .cost import TRANSCENDENTAL_FLOPS
 
 VIEW_S = 1e-15            # a view or a leaf: free, but fewer of them is the tidier program
-TRANSCENDENTAL = frozenset({"Exp2", "Log2", "Sin", "Sqrt", "Recip"})
+TRANSCENDENTAL = frozenset(name for name, op in OPS.items() if op in UNARY)   # the special-function unit's ops
 TENSOR_CORE_DTYPES = frozenset({"float16", "bfloat16"})
-REDUCING = frozenset({"MatMul", "Sum", "Max"})
+REDUCING = frozenset({"MatMul"} | {name for name, op in OPS.items() if op in REDUCE})
 # The op-count cost the first form is extracted by (the program as written, tidied: constants folded, redundant
 # views gone): views and leaves 0.1, elementwise 1, reductions 2, MatMul infinite so that every contraction keeps
 # the order and operands it was written with. Only the forms after it come from rewriting contractions.
