@@ -107,10 +107,12 @@ def _context(program: KernelProgram, position: int, kernel: Kernel, schedule: Sc
 
 
 def _node_lines(kernel: Kernel) -> list[str]:
-    """The graph nodes this kernel computes, grouped by the user's line that built them."""
+    """The graph nodes this kernel computes, grouped by the user's line that built them (a kernel that only moves
+    data: its views)."""
     by_line: dict[str, list[str]] = {}
+    computes = any(node.op not in (Op.INPUT, Op.CONSTANT) and node.op not in VIEWS for node in kernel.body)
     for node in kernel.body:
-        if node.op not in (Op.INPUT, Op.CONSTANT) and node.op not in VIEWS:
+        if node.op not in (Op.INPUT, Op.CONSTANT) and (node.op not in VIEWS or not computes):
             where = os.path.basename(node.where)   # file:line of the user's model, stable wherever it runs
             by_line.setdefault(where or "<unknown>", []).append(node.op.value)
     return [f"{where}: {', '.join(ops)}" for where, ops in by_line.items()]

@@ -9,6 +9,7 @@ have static shapes (or be given them). An op with no lowering is reported once, 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 
 from tensorsmith.ir import nn
 from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.errors import located, user_location
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
@@ -63,8 +65,10 @@ def import_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None,
             values[value_info.name] = _argument(imported, value_info, shapes or {})
     known = _Known(imported, {id(values[init.name]): init.name for init in proto.graph.initializer})
     unsupported: dict[str, str] = {}
+    caller = user_location()
     for node in proto.graph.node:
-        outputs = _node_values(node, values, known, unsupported)
+        with located(caller, re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", node.op_type).lower()):   # MatMul: mat_mul
+            outputs = _node_values(node, values, known, unsupported)
         values.update(zip(node.output, outputs))
     if unsupported:
         listed = "; ".join(f"{op} (node {where})" for op, where in unsupported.items())

@@ -72,7 +72,7 @@ def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = 
             values[node.name] = _placeholder(imported, node, sources[node.name], state)
         elif node.op == "call_function":
             where = _where(node)
-            with located(where):
+            with located(where, _api(node.target)):
                 values[node.name] = _lower(node, values, imported, unsupported, where)
         elif node.op == "output":
             results = node.args[0] if isinstance(node.args[0], (tuple, list)) else [node.args[0]]
@@ -190,6 +190,11 @@ def _unfold(value: Any) -> Any:
 def _op_name(target: Any) -> str:
     """'aten.add.Tensor' for an ATen overload, 'getitem' for operator.getitem."""
     return "getitem" if target is operator.getitem else str(target)
+
+
+def _api(target: Any) -> str:
+    """What the kernels computing an ATen op's nodes are named after: 'softmax' for aten._softmax.default."""
+    return _op_name(target).removeprefix("aten.").split(".")[0].strip("_")
 
 
 def _where(node: Any) -> str:

@@ -61,14 +61,14 @@ class KernelFault(DeviceError):
         return str(self.args[0])
 
 
-_LOCATED: ContextVar[str | None] = ContextVar("tensorsmith_located", default=None)
+_LOCATED: ContextVar[tuple[str, str] | None] = ContextVar("tensorsmith_located", default=None)
 
 
 @contextmanager
-def located(where: str) -> Iterator[None]:
-    """Nodes built (and errors raised) inside say `where` is the user's line: an importer's line of the model it
-    translates, not its own."""
-    token = _LOCATED.set(where)
+def located(where: str, api: str = "") -> Iterator[None]:
+    """Nodes built (and errors raised) inside say `where` is the user's line and `api` what it called: an importer's
+    line of the model it translates and the op there, not its own."""
+    token = _LOCATED.set((where, api))
     try:
         yield
     finally:
@@ -78,13 +78,21 @@ def located(where: str) -> Iterator[None]:
 def user_location() -> str:
     """The `file:line` of the innermost stack frame outside tensorsmith (or the `located` one), for error messages
     and nodes."""
+    return user_call()[0]
+
+
+def user_call() -> tuple[str, str]:
+    """The user's `file:line` (as `user_location`) and the name of the tensorsmith function it called: the outermost
+    frame inside tensorsmith (`rms_norm`, `__mul__`), or the `located` pair."""
     override = _LOCATED.get()
     if override is not None:
         return override
     frame: FrameType | None = sys._getframe(1)
+    called = ""
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         if not path.startswith(_PACKAGE_ROOTS) and "<frozen" not in path:
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}", called
+        called = frame.f_code.co_name
         frame = frame.f_back
-    return "<unknown>"
+    return "<unknown>", called

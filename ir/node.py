@@ -11,7 +11,8 @@ from .ops import Op
 
 @dataclass(frozen=True, eq=False)
 class Node:
-    """One op applied to `srcs`, with its inferred shape and dtype; `where` is the user's file:line."""
+    """One op applied to `srcs`, with its inferred shape and dtype; `where` is the user's file:line, `api` the
+    tensorsmith function that line called (`rms_norm`, `softmax`, `__mul__`), which names the kernel computing it."""
 
     op: Op
     srcs: tuple["Node", ...]
@@ -19,6 +20,7 @@ class Node:
     dtype: DType
     arg: Any = None
     where: str = ""
+    api: str = ""
 
     @property
     def ndim(self) -> int:

@@ -9,7 +9,7 @@ import numbers
 from typing import Any, Callable, Sequence
 
 from .dtypes import DType, as_dtype
-from .errors import DTypeError, ShapeError, user_location
+from .errors import DTypeError, ShapeError, user_call, user_location
 from .node import Node
 from .ops import BINARY, REDUCE, UNARY, Op
 
@@ -29,7 +29,7 @@ def _dtype_error(op: Op, nodes: Sequence[Node], problem: str) -> DTypeError:
 
 
 def _node(op: Op, srcs: tuple[Node, ...], shape: Shape, dtype: DType, arg: object = None) -> Node:
-    return Node(op, srcs, tuple(int(d) for d in shape), dtype, arg, user_location())
+    return Node(op, srcs, tuple(int(d) for d in shape), dtype, arg, *user_call())
 
 
 def check_shape(shape: Sequence[int], what: str) -> Shape:

@@ -20,7 +20,7 @@ def nodes_to_data(roots: Iterable[Node]) -> tuple[list[dict[str, Any]], dict[int
     order = toposort(roots)
     index = {id(node): i for i, node in enumerate(order)}
     records = [{"op": n.op.value, "srcs": [index[id(s)] for s in n.srcs], "shape": list(n.shape),
-                "dtype": n.dtype.value, "arg": _arg_to_data(n), "where": n.where} for n in order]
+                "dtype": n.dtype.value, "arg": _arg_to_data(n), "where": n.where, "api": n.api} for n in order]
     return records, index
 
 
@@ -30,7 +30,7 @@ def nodes_from_data(records: list[dict[str, Any]]) -> list[Node]:
     for r in records:
         op = Op(r["op"])
         nodes.append(Node(op, tuple(nodes[i] for i in r["srcs"]), tuple(r["shape"]), DType(r["dtype"]),
-                          _arg_from_data(op, r["arg"]), r.get("where", "")))
+                          _arg_from_data(op, r["arg"]), r.get("where", ""), r.get("api", "")))
     return nodes
 
 

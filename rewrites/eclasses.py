@@ -201,11 +201,13 @@ def node_of(enode: ENode, srcs: list[Node], graph: Graph) -> Node:
     return P.pad(srcs[0], widths)
 
 
-def build_graph(classes: EClasses, choice: Mapping[int, ENode], graph: Graph) -> Graph:
-    """A Graph named like `graph`, with its input Nodes, whose outputs are the chosen terms of the roots."""
+def build_graph(classes: EClasses, choice: Mapping[int, ENode], graph: Graph,
+                built: dict[int, Node] | None = None) -> Graph:
+    """A Graph named like `graph`, with its input Nodes, whose outputs are the chosen terms of the roots; `built`,
+    where given, receives the Node made for each e-class."""
     out = Graph(graph.name)
     out.inputs.update(graph.inputs)
-    built: dict[int, Node] = {}
+    built = {} if built is None else built
     for name, root in classes.roots.items():
         stack: list[tuple[int, bool]] = [(root, False)]
         on_path: set[int] = set()
@@ -227,6 +229,46 @@ def build_graph(classes: EClasses, choice: Mapping[int, ENode], graph: Graph) ->
             stack.extend((child, False) for child in reversed(enode.children) if child not in built)
         out.outputs[name] = built[root]
     return out
+
+
+OP_NAMES = {op: name for name, op in OPS.items()}
+
+
+def enode_of(node: Node, children: tuple[int, ...]) -> ENode:
+    """The e-node a graph Node entered the e-graph as (`term.term_of`'s constructor and literals), given the
+    e-classes of its sources."""
+    op, arg, shape, dtype = node.op, node.arg, tuple(node.shape), node.dtype.value
+    lits: tuple[object, ...]
+    if op == Op.INPUT:
+        lits = (arg, shape, dtype)
+    elif op == Op.CONSTANT:
+        lits = (encode_value(arg), shape, dtype)
+    elif op == Op.IOTA:
+        lits = (shape, arg)
+    elif op in (Op.SUM, Op.MAX):
+        lits = (arg,)
+    elif op == Op.CAST:
+        lits = (dtype,)
+    elif op in (Op.RESHAPE, Op.EXPAND, Op.PERMUTE):
+        lits = (tuple(arg),)
+    elif op in (Op.SLICE, Op.PAD):
+        lits = (tuple(lo for lo, _ in arg), shape)
+    else:
+        lits = ()
+    return ENode(OP_NAMES[op], children, lits)
+
+
+def classes_of(classes: EClasses, nodes: list[Node]) -> dict[int, int]:
+    """The e-class of each of `nodes` (by id; in topological order) that the e-graph still holds as it was added:
+    where an e-node was dropped, that node and those built on it have none."""
+    index = {enode: c for c, enodes in classes.nodes.items() for enode in enodes}
+    found: dict[int, int] = {}
+    for node in nodes:
+        if node.op in OP_NAMES and all(id(src) in found for src in node.srcs):
+            c = index.get(enode_of(node, tuple(found[id(src)] for src in node.srcs)))
+            if c is not None:
+                found[id(node)] = c
+    return found
 
 
 def _build_node(classes: EClasses, c: int, enode: ENode, srcs: list[Node], graph: Graph) -> Node:

@@ -26,14 +26,14 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node
-from tensorsmith.ir.ops import Op
 from tensorsmith.ir.targets import Target, get_target
-from tensorsmith.ir.ops import COMMUTATIVE, REDUCE, UNARY
-from tensorsmith.rewrites.eclasses import OPS, EClasses, ENode, ExtractionError, build_graph, cheapest, read_eclasses
+from tensorsmith.ir.ops import COMMUTATIVE, LEAVES as LEAF_OPS, REDUCE, UNARY, VIEWS as VIEW_OPS, Op
+from tensorsmith.rewrites.eclasses import (OPS, EClasses, ENode, ExtractionError, build_graph, cheapest, classes_of,
+                                           read_eclasses)
 from tensorsmith.rewrites.saturate import Saturated
 from tensorsmith.rewrites.term import LEAVES, VIEWS
 
@@ -105,7 +105,9 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
         """The choice's program as a form, unless it is cyclic or seen; its label made only then (a cyclic choice
         has no text)."""
         try:
-            graph = carry_locations(saturated.graph, build_graph(classes, choice, saturated.graph))
+            built: dict[int, Node] = {}
+            graph = build_graph(classes, choice, saturated.graph, built)
+            graph = carry_locations(saturated.graph, graph, classes, built)
         except ExtractionError:  # an ill-formed term: an unsound rule, never hidden
             raise
         except ValueError:       # an alternative's cheapest children lead back to its own e-class
@@ -291,11 +293,13 @@ def term_text(classes: EClasses, choice: dict[int, ENode], c: int, depth: int = 
 REWRITTEN = "(rewritten)"   # marks a node that only a rewrite made, after the line of the code it serves
 
 
-def carry_locations(original: Graph, chosen: Graph) -> Graph:
-    """`chosen` with each node's `where` (the user's file:line) taken from the original node of the same
-    structure, so that errors and kernel headers still point at the model. A node that only a rewrite
-    made takes the line of the node that consumes it (an output: the original output's line), marked
-    REWRITTEN."""
+def carry_locations(original: Graph, chosen: Graph, classes: EClasses | None = None,
+                    built: Mapping[int, Node] | None = None) -> Graph:
+    """`chosen` with each node's `where` (the user's file:line) and `api` taken from the original node of the same
+    structure, so that errors, kernel names and kernel headers still point at the model. A node that a rewrite made
+    takes them from an original node of its e-class (given `classes` and `built`, the Node made for each e-class),
+    which computes the same value, marked REWRITTEN where its op is another; failing that, marked, from the node that
+    consumes it (an output: the original output's)."""
     interned: dict[tuple, int] = {}      # structure -> a small int, so keys stay flat however deep the graph
 
     def key(node: Node, keys: dict[int, int]) -> int:
@@ -303,27 +307,62 @@ def carry_locations(original: Graph, chosen: Graph) -> Graph:
         return interned.setdefault(shape, len(interned))
 
     keys: dict[int, int] = {}
-    known: dict[int, str] = {}
+    known: dict[int, Node] = {}
     for node in original.nodes():
         keys[id(node)] = key(node, keys)
-        known.setdefault(keys[id(node)], node.where)
+        known.setdefault(keys[id(node)], node)
     order = chosen.nodes()
     new_keys: dict[int, int] = {}
-    where: dict[int, str] = {}
+    source: dict[int, tuple[str, str]] = {}
     for node in order:
         new_keys[id(node)] = key(node, new_keys)
         if new_keys[id(node)] in known:
-            where[id(node)] = known[new_keys[id(node)]]
+            mate = known[new_keys[id(node)]]
+            source[id(node)] = mate.where, mate.api
+    if classes is not None and built is not None:
+        of_class: dict[int, Node] = {}
+        nodes = original.nodes()
+        by_id = {id(node): node for node in nodes}
+        for node_id, c in classes_of(classes, nodes).items():
+            if by_id[node_id].op != Op.INPUT:
+                of_class.setdefault(c, by_id[node_id])
+        for c, node in built.items():
+            if id(node) not in source and c in of_class:
+                mate = of_class[c]
+                same = mate.op == node.op or node.op in LAYOUT_OPS   # a constant or view: the data, written again
+                source[id(node)] = mate.where if same else f"{mate.where} {REWRITTEN}", mate.api
+    unchanged = {node_id for node_id, (where, _) in source.items() if not where.endswith(REWRITTEN)}
+    _pass_down(order, source, unchanged)      # from a consumer as written, then one rewritten, then farther ones,
+    _pass_down(order, source, set(source))    # then the outputs
+    _pass_down(order, source, None)
     for name, node in chosen.outputs.items():
-        where.setdefault(id(node), f"{original.outputs[name].where.split(' ')[0]} {REWRITTEN}")
-    for node in reversed(order):          # consumers come later in `order`: pass their lines down
-        for src in node.srcs:
-            where.setdefault(id(src), f"{where.get(id(node), '').split(' ')[0]} {REWRITTEN}".strip())
+        mate = original.outputs[name]
+        source.setdefault(id(node), (f"{_line(mate.where)} {REWRITTEN}", mate.api))
+    _pass_down(order, source, None)
     copies: dict[int, Node] = {}
     for node in order:
+        where, api = source.get(id(node), (REWRITTEN, ""))
         copies[id(node)] = node if node.op == Op.INPUT else dataclasses.replace(
-            node, srcs=tuple(copies[id(src)] for src in node.srcs), where=where.get(id(node), REWRITTEN))
+            node, srcs=tuple(copies[id(src)] for src in node.srcs), where=where, api=api)
     located = Graph(chosen.name)
     located.inputs = dict(chosen.inputs)
     located.outputs = {name: copies[id(node)] for name, node in chosen.outputs.items()}
     return located
+
+
+LAYOUT_OPS = LEAF_OPS | VIEW_OPS | {Op.CONTIGUOUS}
+
+
+def _pass_down(order: list[Node], source: dict[int, tuple[str, str]], givers: set[int] | None) -> None:
+    """Give each node without a source its consumer's, marked REWRITTEN (consumers come later in `order`): only the
+    consumers in `givers` give (None: any consumer with a source, one given in this pass too)."""
+    for node in reversed(order):
+        if id(node) in source and (givers is None or id(node) in givers):
+            where, api = source[id(node)]
+            for src in node.srcs:
+                source.setdefault(id(src), (f"{_line(where)} {REWRITTEN}", api))
+
+
+def _line(where: str) -> str:
+    """A node's `where` without its REWRITTEN mark."""
+    return where.split(" ")[0]

@@ -7,6 +7,7 @@ try again. Each round materialises one more node, so this ends.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
 from tensorsmith.codegen.attention import attention_match, kernel_attention
@@ -135,8 +136,23 @@ def materialisable(graph: Graph) -> list[Node]:
 
 
 # A temporary (and its kernel) is named after what it computes: a matrix product or an attention by that name, since
-# their last op (a sum, or the bias added after it) says little; any other kernel by the op that makes its value.
+# their last op (a sum, or the bias added after it) says little; any other kernel by the function of tensorsmith
+# the user called for it (`Node.api`: its row reduction's, else its value's), else by the op that makes its value.
 KERNEL_LABELS = {"matmul": "matmul", "attention": "attention"}
+API_LABELS = {"truediv": "div", "rtruediv": "div", "radd": "add", "rsub": "sub", "rmul": "mul", "getitem": "slice",
+              "lt": "less", "gt": "greater", "le": "less_equal", "ge": "greater_equal", "eq": "equal",
+              "ne": "not_equal", "rmatmul": "matmul", "rmod": "mod", "pow": "power", "rpow": "power", "invert": "not"}
+
+
+def kernel_label(archetype: str, body: Node) -> str:
+    """What a kernel and its temporary are named after (see KERNEL_LABELS), a C identifier."""
+    if archetype in KERNEL_LABELS:
+        return KERNEL_LABELS[archetype]
+    rows = [n for n in toposort([body]) if n.op in REDUCE and not is_inline_reduce(n)]
+    named = rows[-1] if rows and archetype == "row_reduce" else body
+    api = re.sub(r"\W", "_", named.api.strip("_"))
+    label = API_LABELS.get(api, api) if api and api[0].isalpha() else ""
+    return label or named.op.value
 
 
 def unfused(graph: Graph) -> KernelProgram:
@@ -158,7 +174,8 @@ def build_program(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, 
             continue
         body = _copy_cone(node, buffer_of, buffers, origins)
         archetype = _archetype(body)
-        name = output_of.get(id(node)) or f"{KERNEL_LABELS.get(archetype, node.op.value)}{len(kernels)}"
+        name = output_of.get(id(node)) or _fresh(f"{kernel_label(archetype, body)}{len(kernels)}",
+                                                 {*buffers, *graph.outputs})
         buffers[name] = Buffer(name, node.shape, node.dtype, "output" if id(node) in output_of else "temp")
         kernels.append(Kernel(f"{graph.name}_{name}", archetype, ((name, body),)))
         buffer_of[id(node)] = name
@@ -170,6 +187,13 @@ def build_program(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, 
             kernels.append(Kernel(f"{graph.name}_{name}", "pointwise", ((name, copy),)))
     program = KernelProgram(graph.name, buffers, kernels, tuple(graph.inputs), {n: n for n in graph.outputs})
     return program, origins
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    """`name`, or with underscores added where an input or output of the user's has it."""
+    while name in taken:
+        name += "_"
+    return name
 
 
 def _archetype(body: Node) -> str:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -134,10 +136,36 @@ def test_extracted_nodes_keep_the_users_lines_and_rewritten_ones_say_so() -> Non
     g = ts.Graph("located")
     x = g.input("x", (4, 8), "float32")
     g.output("kept", x.sin().sqrt())                 # nothing to rewrite: every node keeps its line
-    g.output("changed", (x * 2 + 0).sin() * 3)       # x + 0 goes; the nodes above it are new structures
+    y = g.input("y", (4, 8), "float32")
+    g.output("same", (x * 2 + 0).sin() * 3)          # x + 0 goes: the rest computes what the user's nodes did
+    g.output("changed", x * y + x.cos() * y)         # factored to (x + cos x) * y: an add becomes a mul
     located = extract(saturate(g))
-    kept = {n.where for n in toposort([located.outputs["kept"]]) if n.op != Op.INPUT}
-    assert len(kept) == 1 and kept.pop().endswith(f"test_extract.py:{g.outputs['kept'].where.split(':')[-1]}")
+    for out in ("kept", "same"):
+        lines = {n.where for n in toposort([located.outputs[out]]) if n.op != Op.INPUT}
+        assert lines == {g.outputs[out].where}, out
     changed = {n.where for n in toposort([located.outputs["changed"]]) if n.op != Op.INPUT}
     line = g.outputs["changed"].where
     assert f"{line} {REWRITTEN}" in changed and changed <= {line, f"{line} {REWRITTEN}"}
+
+
+def test_a_rewritten_node_keeps_the_line_of_the_value_it_computes() -> None:
+    """The transformer example's MLP up-projection, with its norm's scale moved past the matmul by a rewrite, is
+    a contraction no line of the user's wrote: it takes the line of the value it becomes part of (the MLP's, where
+    its consumer is), not the output's (every rewritten node once said the output's line)."""
+    from tensorsmith.search.extract import REWRITTEN
+
+    path = Path(__file__).parents[2] / "examples" / "transformer_block.py"
+    spec = importlib.util.spec_from_file_location("transformer_block_lines", path)
+    module = importlib.util.module_from_spec(spec)   # type: ignore[arg-type]
+    spec.loader.exec_module(module)                  # type: ignore[union-attr]
+    graph = module.build()
+    source = path.read_text().splitlines()
+    mlp = next(i for i, text in enumerate(source, 1) if "nn.gelu(" in text)
+    attention = next(i for i, text in enumerate(source, 1) if "nn.attention(" in text)
+    located = extract(saturate(graph))
+    lines = {n.where.split(" ")[0].rsplit(":", 1)[-1] for n in located.nodes() if n.op != Op.INPUT}
+    assert str(attention) in lines and str(mlp) in lines
+    up = [n for n in located.nodes() if n.op == Op.SUM and n.shape == (module.TOKENS, module.FFN)]
+    assert up and all(n.where == f"{path}:{mlp} {REWRITTEN}" for n in up), [n.where for n in up]
+    written = sum(not n.where.endswith(REWRITTEN) for n in located.nodes() if n.op != Op.INPUT)
+    assert written > 0.7 * sum(n.op != Op.INPUT for n in located.nodes())
