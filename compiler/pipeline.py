@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import math
 import multiprocessing
@@ -56,7 +57,8 @@ class Compilation:
     graph: Graph
     options: CompileOptions
     target: Target
-    saturated: Any = None
+    saturated: Any = None              # rewrites.Saturated, until extraction has read it
+    saturation: Any = None             # its report, kept
     chosen: Graph | None = None
     forms: list[search.Form] = field(default_factory=list)   # the programs searched, as written first
     kernel_program: KernelProgram | None = None
@@ -103,6 +105,8 @@ def _extract(c: Compilation) -> None:
         return
     c.forms = search.extract_forms(c.saturated, c.target)   # the first: the graph as written, tidied
     c.chosen = c.forms[0].graph
+    c.saturation, c.saturated = c.saturated.report, None
+    gc.collect()   # egglog's EGraph, held in reference cycles, is freed here: dropped on another thread it raises
 
 
 WRITTEN = "as written"
@@ -410,8 +414,8 @@ def _report(c: Compilation) -> dict[str, Any]:
                           "reused_programs": c.kernel_times.reused_programs,
                           "kernels_known": len(c.kernel_times.seconds)} if c.kernel_times is not None else None),
     }
-    if c.saturated is not None and hasattr(c.saturated, "report"):
-        saturation = c.saturated.report
+    if c.saturation is not None:
+        saturation = c.saturation
         report["saturation"] = (asdict(saturation) if is_dataclass(saturation) and not isinstance(saturation, type)
                                 else saturation)
     return report
