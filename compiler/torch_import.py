@@ -55,12 +55,7 @@ def from_torch(module: Any, example_inputs: Sequence[Any], **compile_options: An
 
 def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = None) -> ImportedModel:
     """The tensorsmith graph of `module` (an nn.Module) as torch.export traces it on `example_inputs`."""
-    import torch
-    try:
-        exported = torch.export.export(module, tuple(example_inputs)).run_decompositions()
-    except Exception as err:   # torch raises many kinds; the user needs its message, in one line
-        raise TorchImportError(f"torch.export could not export {type(module).__name__}: "
-                               f"{str(err).strip().splitlines()[0]}") from None
+    exported = exported_aten(module, example_inputs)
     graph = Graph(identifier(name or type(module).__name__))
     imported = ImportedModel(graph)
     state = {**exported.state_dict, **exported.constants}
@@ -71,7 +66,7 @@ def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = 
         if node.op == "placeholder":
             values[node.name] = _placeholder(imported, node, sources[node.name], state)
         elif node.op == "call_function":
-            where = _where(node)
+            where = where_of(node)
             with located(where, _api(node.target)):
                 values[node.name] = _lower(node, values, imported, unsupported, where)
         elif node.op == "output":
@@ -84,6 +79,16 @@ def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = 
                 graph.output(out, _tensor(values[result.name], imported, f"output {out}"))
                 imported.outputs.append(out)
     return imported
+
+
+def exported_aten(module: Any, example_inputs: Sequence[Any]) -> Any:
+    """`module` through torch.export and the core ATen decomposition (an ExportedProgram), or one clear error."""
+    import torch
+    try:
+        return torch.export.export(module, tuple(example_inputs)).run_decompositions()
+    except Exception as err:   # torch raises many kinds; the user needs its message, in one line
+        raise TorchImportError(f"torch.export could not export {type(module).__name__}: "
+                               f"{str(err).strip().splitlines()[0]}") from None
 
 
 def _placeholder(imported: ImportedModel, node: Any, spec: Any, state: dict[str, Any]) -> Tensor:
@@ -102,7 +107,7 @@ def _lower(node: Any, values: dict[str, Any], imported: ImportedModel, unsupport
     """The value of one ATen node: folded by PyTorch where no argument depends on an input, else lowered."""
     args = _resolve(node.args, values)
     kwargs = _resolve(node.kwargs, values)
-    op = _op_name(node.target)
+    op = op_name(node.target)
     if op in IGNORED:
         return None
     if not _depends_on_input([*args, *kwargs.values()]):
@@ -187,17 +192,17 @@ def _unfold(value: Any) -> Any:
     return value
 
 
-def _op_name(target: Any) -> str:
+def op_name(target: Any) -> str:
     """'aten.add.Tensor' for an ATen overload, 'getitem' for operator.getitem."""
     return "getitem" if target is operator.getitem else str(target)
 
 
 def _api(target: Any) -> str:
     """What the kernels computing an ATen op's nodes are named after: 'softmax' for aten._softmax.default."""
-    return _op_name(target).removeprefix("aten.").split(".")[0].strip("_")
+    return op_name(target).removeprefix("aten.").split(".")[0].strip("_")
 
 
-def _where(node: Any) -> str:
+def where_of(node: Any) -> str:
     """The module's `file:line` that made this node: the innermost frame of torch.export's stack trace."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
     return f"{frames[-1][0]}:{frames[-1][1]}" if frames else f"<exported node {node.name}>"
@@ -311,7 +316,7 @@ def _attention(node: Any, q: Tensor, k: Tensor, v: Tensor, *args: Any, **kwargs:
     (torch leaves trailing defaults out of the recorded call, so positions differ between calls)."""
     named = _named_arguments(node, (q, k, v, *args), kwargs)
     if isinstance(named.get("attn_bias"), Tensor):
-        raise TorchImportError(f"{_op_name(node.target)} with an attention bias is not supported yet")
+        raise TorchImportError(f"{op_name(node.target)} with an attention bias is not supported yet")
     out = nn.attention(q, k, v, causal=bool(named.get("is_causal", False)), scale=named.get("scale"))
     return (out,) + (None,) * (len(node.target._schema.returns) - 1)
 
@@ -332,7 +337,7 @@ def _named_arguments(node: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
 def _one_axis(node: Any, x: Tensor, dims: Any) -> int:
     dims = [dims] if isinstance(dims, int) else list(dims or [])
     if len(dims) != 1:
-        raise TorchImportError(f"{_op_name(node.target)} over {len(dims) or 'all'} axes: only one axis is supported")
+        raise TorchImportError(f"{op_name(node.target)} over {len(dims) or 'all'} axes: only one axis is supported")
     return dims[0] % x.ndim
 
 

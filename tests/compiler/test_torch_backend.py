@@ -29,10 +29,10 @@ def test_a_block_compiled_through_the_backend_name_matches_eager() -> None:
     assert float((out - ref).norm() / ref.norm()) < 1e-5
 
 
-def test_a_graph_with_an_op_tensorsmith_cannot_lower_runs_in_pytorch_and_says_so_once(caplog) -> None:
+def test_a_graph_with_no_op_tensorsmith_lowers_runs_in_pytorch_and_says_so_once(caplog) -> None:
     class Ranked(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.topk(x.sort(dim=-1).values, 2).values.exp()
+            return torch.topk(x.sort(dim=-1).values, 2).values
     module, x = Ranked(), torch.randn(4, 8)
     compiled = torch.compile(module, backend=torch_backend.tensorsmith_backend)
     with caplog.at_level(logging.WARNING, logger="tensorsmith"):
@@ -42,3 +42,37 @@ def test_a_graph_with_an_op_tensorsmith_cannot_lower_runs_in_pytorch_and_says_so
     assert torch.equal(first, module(x)) and second.shape == (4, 2)
     said = [r.getMessage() for r in caplog.records if "runs in PyTorch" in r.getMessage()]
     assert len(said) == 1 and "aten.sort" in said[0] and "aten.topk" in said[0]
+
+
+class SortedInTheMiddle(torch.nn.Module):
+    """A linear, relu and scale before a sort, a residual add and softmax after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.lin(x)) * 2
+        return torch.softmax(h.sort(dim=-1).values + x, dim=-1)
+
+
+def test_only_the_ops_tensorsmith_cannot_lower_are_left_to_pytorch(caplog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The graph is split around its sort: the pieces before and after it are compiled by tensorsmith (counted by
+    the compiles made), the sort runs in PyTorch, and the result matches eager on inputs other than the example."""
+    compiles: list[str] = []
+    real = torch_backend.ts_compile
+    monkeypatch.setattr(torch_backend, "ts_compile", lambda graph, **options: compiles.append(graph.name)
+                        or real(graph, **options))
+    torch.manual_seed(0)
+    module = SortedInTheMiddle().eval()
+    compiled = torch.compile(module, backend=torch_backend.tensorsmith_backend)
+    with caplog.at_level(logging.WARNING, logger="tensorsmith"), torch.no_grad():
+        compiled(torch.randn(4, 8))
+        for _ in range(2):
+            x = torch.randn(4, 8)
+            out, ref = compiled(x), module(x)
+            assert float((out - ref).norm() / ref.norm()) < 1e-5
+    assert len(compiles) == 2 and all(name.startswith(torch_backend.PIECE) for name in compiles), compiles
+    said = [r.getMessage() for r in caplog.records if "in PyTorch" in r.getMessage()]
+    assert len(said) == 1 and "2 tensorsmith programs" in said[0] and "aten.sort" in said[0], said
+    assert "addmm" not in said[0] and "relu" not in said[0] and "softmax" not in said[0]
