@@ -91,8 +91,12 @@ def exported_aten(module: Any, example_inputs: Sequence[Any]) -> Any:
                                f"{str(err).strip().splitlines()[0]}") from None
 
 
-def _placeholder(imported: ImportedModel, node: Any, spec: Any, state: dict[str, Any]) -> Tensor:
-    """A graph input for a parameter, buffer or constant (bound to its tensor) or a tensor argument of forward."""
+def _placeholder(imported: ImportedModel, node: Any, spec: Any, state: dict[str, Any]) -> Tensor | Folded:
+    """A graph input for a parameter (bound to its tensor) or a tensor argument of forward; a buffer or constant is
+    known at import (Folded), as the bound tensors are (they are read once), so what is computed from buffers alone
+    (BERT's token types gathered by position ids) is computed then."""
+    if spec.kind.name in ("BUFFER", "CONSTANT_TENSOR"):
+        return Folded(state[spec.target])
     value = node.meta["val"]
     dtype = DTYPES.get(str(value.dtype))
     if dtype is None:

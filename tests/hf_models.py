@@ -15,8 +15,24 @@ class Logits(torch.nn.Module):
         return self.model(input_ids=ids, use_cache=False).logits
 
 
+class Hidden(torch.nn.Module):
+    """An encoder's last hidden state for token ids (an encoder has no logits)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids).last_hidden_state
+
+
 def small_model(family: str) -> torch.nn.Module:
-    """A 2-layer Llama (hidden 256, grouped-query attention) or GPT-2 (hidden 128), vocabulary 1000, in eval mode."""
+    """A 2-layer Llama (hidden 256, grouped-query attention) or GPT-2 (hidden 128), or one BERT encoder layer (hidden
+    128, exact GELU, token types and positions from its buffers), vocabulary 1000, in eval mode."""
+    if family == "bert":
+        return Hidden(transformers.BertModel(transformers.BertConfig(
+            hidden_size=128, num_hidden_layers=1, num_attention_heads=4, intermediate_size=256, vocab_size=1000,
+            max_position_embeddings=64), add_pooling_layer=False)).eval()
     if family == "llama":
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
             hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,

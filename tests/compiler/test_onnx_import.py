@@ -128,7 +128,7 @@ def test_compile_takes_an_onnx_file_and_refuses_a_broken_one(tmp_path: Path) -> 
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "cannot read ONNX model" in refused.stderr
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "bert"])
 def test_a_small_hugging_face_model_exported_by_torch_onnx_matches_pytorch(family: str, tmp_path: Path) -> None:
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")
     pytest.importorskip("transformers", reason="transformers is not installed")

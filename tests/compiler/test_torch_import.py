@@ -137,7 +137,7 @@ def test_a_float16_block_on_the_gpu_matches_eager() -> None:
     assert out.is_cuda and out.dtype == torch.float16 and _relative(out, ref) < 1e-2
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "bert"])
 def test_a_small_hugging_face_model_matches_eager(family: str) -> None:
     pytest.importorskip("transformers", reason="transformers is not installed")
     from hf_models import small_model
