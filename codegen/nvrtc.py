@@ -13,7 +13,8 @@ and a command that reproduces the failure:
     python -m tensorsmith.codegen.nvrtc ~/.cache/tensorsmith/failed/rmsnorm-1a2b3c4d5e6f.cu --arch sm_90
 
 `compile_many` compiles several kernels at once in worker processes (spawned, never forked: the caller
-may hold a CUDA context), through the same cache and with the same errors:
+may hold a CUDA context; each exits with its parent, even one killed by SIGKILL), through the same cache and with
+the same errors:
 
     cubins = compile_many([(source_a, "rmsnorm"), (source_b, "matmul")], arch="sm_90")
 
@@ -46,6 +47,7 @@ from cuda.bindings import nvrtc
 from tensorsmith.ir.errors import CompileError, TargetError
 from tensorsmith.ir.files import write_atomic
 from tensorsmith.ir.knobs import cache_root, compile_workers
+from tensorsmith.ir.orphans import ParentLink, follow_parent
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +213,9 @@ def _worker_pool(workers: int) -> ProcessPoolExecutor:
         if _pool is None or _pool_workers < workers:
             if _pool is not None:
                 _pool.shutdown(wait=False)
-            _pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(WORKER_START_METHOD))
+            # each worker exits with this process, even when a SIGKILL leaves it no time to stop them (ir/orphans.py)
+            _pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(WORKER_START_METHOD),
+                                        initializer=follow_parent, initargs=(ParentLink(),))
             _pool_workers = workers
         return _pool
 

@@ -8,9 +8,9 @@
 A task is a module-level function and picklable arguments; its return value comes back pickled, and an
 exception it raises is raised here with the same type and message (the worker's traceback as a note). The
 worker is spawned, never forked: a forked child would share this process's CUDA context, and the point
-of the worker is that a kernel fault poisons its context, not ours. Spawning imports the caller's main
-script in the worker, as multiprocessing always does, so a script that compiles must do so under
-`if __name__ == "__main__":`.
+of the worker is that a kernel fault poisons its context, not ours. It exits with this process, even one killed
+by SIGKILL in the middle of a task (`ir/orphans.py`). Spawning imports the caller's main script in the worker,
+as multiprocessing always does, so a script that compiles must do so under `if __name__ == "__main__":`.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Final, TypeVar
 
 from tensorsmith.ir.errors import TensorsmithError
+from tensorsmith.ir.orphans import ParentLink, follow_parent
 
 START_METHOD: Final = "spawn"
 START_TIMEOUT_S = 120.0      # a new worker imports tensorsmith (egglog, z3, cuda-python) before it says ready
@@ -104,7 +105,7 @@ class Worker:
             self.stop()
         context = multiprocessing.get_context(START_METHOD)
         ours, theirs = context.Pipe()
-        process = context.Process(target=_serve, args=(theirs,), name="tensorsmith-worker", daemon=True)
+        process = context.Process(target=_serve, args=(theirs, ParentLink()), name="tensorsmith-worker", daemon=True)
         process.start()
         theirs.close()
         self._process, self._conn = process, ours
@@ -135,8 +136,9 @@ class Worker:
         raise WorkerCrashed(f"the worker process died during {what} ({how})")
 
 
-def _serve(conn: Connection) -> None:
+def _serve(conn: Connection, parent: ParentLink) -> None:
     """The worker's loop: run each task sent, send back ("ok", value) or ("error", exception); None ends it."""
+    follow_parent(parent)                           # a task may run long after a SIGKILL of the parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the parent's to handle; it stops us
     conn.send(("ready", os.getpid()))
     while True:

@@ -1,10 +1,13 @@
 """NVRTC compilation to cubin and its disk cache; runs without a GPU."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import processes
 import pytest
 
 from tensorsmith.codegen import nvrtc
@@ -249,3 +252,49 @@ def test_compiling_in_process_leaves_the_interpreters_shared_bytes_alone(cache_d
               "space = bytes([32]); sys.exit(0 if b' ' == space and b' ' != bytes(1) else 1)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr or "b' ' was overwritten by the compile"
+
+
+# ---- a compile killed while NVRTC runs in the pool -------------------------------------------------
+
+KILLED_COMPILE = '''
+from tensorsmith.codegen import nvrtc
+
+
+def kernel(i: int, steps: int) -> tuple[str, str]:
+    """A kernel of `steps` dependent sinf steps: NVRTC takes seconds over a few hundred."""
+    body = "\\n".join(f"  r = r * {s % 7 + 1}.5f + sinf(r + g_x[(i + {s}) % n]);" for s in range(steps))
+    return (f'extern "C" __global__ void k{i}(const float* g_x, float* g_y, int n) {{\\n'
+            f'  int i = threadIdx.x;\\n  float r = {i}.0f;\\n{body}\\n  g_y[i] = r;\\n}}\\n', f"k{i}")
+
+
+if __name__ == "__main__":
+    nvrtc.compile_many([kernel(i, 1) for i in range(3)], workers=2)     # both workers started, now idle
+    print("pool started", flush=True)
+    nvrtc.compile_many([kernel(i, 400) for i in range(3)], workers=2)   # both busy in NVRTC for many seconds
+'''
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads processes from Linux's /proc")
+def test_a_compile_killed_during_nvrtc_leaves_no_process_behind(tmp_path: Path) -> None:
+    """Issue 18, item 8: a SIGKILL during NVRTC left the pool's workers alive for ever (blocked on queues whose
+    other ends they hold themselves) and with them multiprocessing's resource tracker, whose pipe they inherit."""
+    script = tmp_path / "killed_compile.py"
+    script.write_text(KILLED_COMPILE)
+    env = {**os.environ, CACHE_DIR_ENV: str(tmp_path / "cache")}
+    compile_ = processes.start([sys.executable, str(script)], cwd=tmp_path, env=env)
+    children: list[processes.Proc] = []
+    try:
+        assert processes.read_line(compile_, timeout_s=120) == "pool started\n"
+        children = processes.descendants(compile_.pid)
+        assert len(children) == 3, children          # two workers and the resource tracker
+        busy_from = processes.cpu_seconds(children)
+        deadline = time.monotonic() + 30
+        while processes.cpu_seconds(children) < busy_from + 0.5 and time.monotonic() < deadline:
+            time.sleep(0.1)                          # until NVRTC is at work in the workers
+        compile_.kill()
+        compile_.wait()
+        left = processes.survivors(children, within_s=10)
+        assert left == [], "alive 10 s after the compile was killed:\n" + "\n".join(map(str, left))
+    finally:
+        compile_.kill()
+        processes.kill(children)

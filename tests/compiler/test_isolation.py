@@ -195,3 +195,59 @@ def test_compile_refuses_to_run_while_a_worker_imports_the_main_script(monkeypat
     monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
     with pytest.raises(ts.TensorsmithError, match="__main__"):
         ts.compile(CASES["norms"](), profile=False, cache=False)
+
+
+# ---- the worker of a process that is killed --------------------------------------------------------
+
+KILLED_PARENT = """
+import sys
+import threading
+import time
+
+from tensorsmith.isolation import Worker
+
+
+def busy() -> None:
+    print("task running", flush=True)
+    time.sleep(600)
+
+
+if __name__ == "__main__":
+    worker = Worker()
+    if sys.argv[1] == "main thread":
+        worker.start()
+    else:                     # from a thread that then ends: the worker must outlive the thread
+        starter = threading.Thread(target=worker.start)
+        starter.start()
+        starter.join()
+        time.sleep(0.5)
+    worker.call(time.sleep, 0, timeout_s=60)
+    print("worker started", worker.starts, flush=True)
+    worker.call(busy, timeout_s=900)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads processes from Linux's /proc")
+@pytest.mark.parametrize("starter", ["main thread", "another thread"])
+def test_the_worker_of_a_killed_process_exits_with_it(tmp_path, starter):
+    """Issue 18, item 8: a worker busy in a task outlived its killed parent (here by ten minutes), and so did
+    multiprocessing's resource tracker, whose pipe it inherits."""
+    import sys
+
+    import processes
+    script = tmp_path / "killed_parent.py"
+    script.write_text(KILLED_PARENT)
+    parent = processes.start([sys.executable, str(script), starter], cwd=tmp_path)
+    children: list[processes.Proc] = []
+    try:
+        assert processes.read_line(parent, timeout_s=120) == "worker started 1\n"
+        assert processes.read_line(parent, timeout_s=60) == "task running\n"
+        children = processes.descendants(parent.pid)
+        assert len(children) == 2, children          # the worker and the resource tracker
+        parent.kill()
+        parent.wait()
+        left = processes.survivors(children, within_s=10)
+        assert left == [], "alive 10 s after their parent was killed:\n" + "\n".join(map(str, left))
+    finally:
+        parent.kill()
+        processes.kill(children)
