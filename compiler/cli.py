@@ -38,7 +38,8 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
                              " the search gets at least half of it however long saturation (limited to 10 s)"
                              " took, and the winner's verification is never left out: one random test at full size"
                              " (about two float64 evaluations of the graph in numpy) and, on a GPU, its check and"
-                             " timing; the exact check runs only in what is left")
+                             " timing, and each algebraic form's best program measured (at most four); the exact"
+                             " check runs only in what is left")
     parser.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same program")
     parser.add_argument("--no-profile", action="store_true", help="do not time kernels even where a GPU is present")
     parser.add_argument("--no-rewrites", action="store_true",

@@ -155,3 +155,24 @@ def test_a_compile_searches_the_forms_and_says_which_won_and_without_rewrites_on
     plain = ts.compile(graph, budget_s=BUDGET_S, profile=False, cache=False, progress=False, rewrites=False)
     assert [(form["as_written"], form["won"]) for form in plain.report["forms"]] == [(True, True)]
     assert plain.report["predicted_ms"] > program.report["predicted_ms"] * 1.5
+
+
+def test_every_forms_best_is_measured_even_when_measuring_takes_the_budget() -> None:
+    """A measured candidate outranks every unmeasured one, so each form's best by the model is measured, however
+    slow measuring is: the first form's measurement once took the search past its deadline on the H200, and the
+    second form, predicted twice as fast, lost unmeasured. The measure here is the cost model, after a sleep that
+    outlasts the budget."""
+    from tensorsmith.search.cost import program_seconds
+
+    graph = shared_operand()
+    forms = [form.graph for form in extract_forms(rewrites.saturate(graph))]
+    budget_s = 3.0
+
+    def slow_measure(program: ts.KernelProgram) -> float:
+        time.sleep(budget_s)
+        return program_seconds(program, get_target("sm90"))
+
+    result = search_program(forms[0], budget_s=budget_s, reference=graph, forms=forms[1:], measure=slow_measure)
+    assert len(result.form_best) == len(forms) >= 2
+    assert all(best["measured_us"] is not None for best in result.form_best), result.form_best
+    assert result.form != 0 and result.measured_us is not None
