@@ -319,9 +319,9 @@ def _attention(node: Any, q: Tensor, k: Tensor, v: Tensor, *args: Any, **kwargs:
     no further results (log-sum-exp, seeds) a forward pass reads. Its flags are read by name from the op's schema
     (torch leaves trailing defaults out of the recorded call, so positions differ between calls)."""
     named = _named_arguments(node, (q, k, v, *args), kwargs)
-    if isinstance(named.get("attn_bias"), Tensor):
-        raise TorchImportError(f"{op_name(node.target)} with an attention bias is not supported yet")
-    out = nn.attention(q, k, v, causal=bool(named.get("is_causal", False)), scale=named.get("scale"))
+    bias = named.get("attn_bias")        # a mask known at import arrives as a constant or a bound input
+    out = nn.attention(q, k, v, causal=bool(named.get("is_causal", False)), scale=named.get("scale"),
+                       bias=bias if isinstance(bias, Tensor) else None)
     return (out,) + (None,) * (len(node.target._schema.returns) - 1)
 
 

@@ -84,10 +84,14 @@ def causal_mask(q_len: int, k_len: int) -> Tensor:
     return row + (k_len - q_len) < col
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: float | None = None) -> Tensor:
-    """softmax(q @ k^T * scale + mask) @ v; the softmax runs in float32, masked scores are -1e9."""
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: float | None = None,
+              bias: Tensor | None = None) -> Tensor:
+    """softmax(q @ k^T * scale + bias + mask) @ v; the softmax runs in float32, masked scores are -1e9; `bias`
+    (added in float32) broadcasts to the scores (..., q tokens, k tokens): a relative-position bias, a padding mask."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = ((q @ k.transpose(-1, -2)) * scale).cast("float32")
+    if bias is not None:
+        scores = scores + bias.cast("float32")
     if causal:
         scores = scores + causal_mask(q.shape[-2], k.shape[-2]).cast("float32") * -1e9
     return softmax(scores, axis=-1).cast(v.dtype) @ v

@@ -251,6 +251,20 @@ def test_attention(q_shape, kv_shape, causal, scale, rng):
     np.testing.assert_allclose(got, expected, **CLOSE)
 
 
+def test_attention_with_an_additive_bias(rng):
+    """A bias broadcast over the heads (a padding mask of large negatives, a relative-position bias) is added to
+    the scaled scores before the softmax."""
+    q, k, v = (rng.standard_normal((2, 3, 5, 8)).astype(np.float32) for _ in range(3))
+    bias = rng.standard_normal((1, 1, 5, 5)).astype(np.float32)
+    bias[..., 4] = -1e4                                 # the last key masked for every query
+    got = run(lambda q, k, v, bias: nn.attention(q, k, v, bias=bias), q=q, k=k, v=v, bias=bias)
+    q64, k64, v64, b64 = f64(q, k, v, bias)
+    scores = q64 @ np.swapaxes(k64, -1, -2) / math.sqrt(8) + b64
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    expected = weights / weights.sum(-1, keepdims=True) @ v64
+    np.testing.assert_allclose(got, expected, **CLOSE)
+
+
 def test_causal_attention_first_query_sees_only_the_first_key(rng):
     q, k, v = (rng.standard_normal((2, 5, 8)).astype(np.float32) for _ in range(3))
     got = run(lambda q, k, v: nn.attention(q, k, v, causal=True), q=q, k=k, v=v)
