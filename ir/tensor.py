@@ -278,6 +278,8 @@ def where(cond: Tensor, a: TensorLike, b: TensorLike) -> Tensor:
     a_t = a if isinstance(a, Tensor) else as_tensor(a, like=b)  # type: ignore[arg-type]
     b_t = as_tensor(b, like=a_t)
     dtype = promote(a_t.dtype, b_t.dtype) or a_t.dtype
+    if dtype == DType.BOOL:   # the blend is arithmetic, which bools refuse: through int32 and back, as concat's are
+        return where(cond, a_t.cast(DType.INT32), b_t.cast(DType.INT32)).cast(DType.BOOL)
     pick = cond.cast(dtype)
     return a_t * pick + b_t * (1 - pick)
 

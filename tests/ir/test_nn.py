@@ -321,3 +321,14 @@ def test_select_based_functions_at_infinity(name, fn, formula):
 def test_less_equal_with_nan():
     x = np.array([np.nan, 1.0], np.float32)
     np.testing.assert_array_equal(run(lambda x: x <= 2.0, x=x), [False, True])
+
+
+# found by the fuzzer (tests/fuzz_graphs.py), each shrunk to its smallest graph ---------------------------------
+
+def test_where_of_bool_branches(rng):
+    """where(cond, a, b) on bool a and b: it blended its branches by arithmetic, which bools refuse (DTypeError)."""
+    cond, a, b = (rng.random((2, 3)) < 0.5 for _ in range(3))
+    got = run(lambda cond, a, b: nn.where(cond, a, b), cond=cond, a=a, b=b)
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, np.where(cond, a, b))
+    np.testing.assert_array_equal(run(lambda cond, a: nn.where(cond, a, True), cond=cond, a=a), np.where(cond, a, True))
