@@ -23,10 +23,10 @@ from tensorsmith.ir import primitives as P
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.node import Node, toposort
-from tensorsmith.ir.ops import Op
+from tensorsmith.ir.ops import REDUCE, Op
 from tensorsmith.ir.patterns import MASK_LIMIT, AttentionMatch, attention_index, match_attention
 
-from .emit import Emitter, NotFusable, c_literal, delinearize, pair_store, row_major_strides
+from .emit import Emitter, NotFusable, c_literal, delinearize, is_inline_reduce, pair_store, row_major_strides
 from .matmul import MMA_TYPES, SHARED_LIMIT, SM_COUNT, TMA_MAX_RANK, WGMMA_ALIGN, WGMMA_ARCH
 from .tensor_map import TensorMapSpec
 
@@ -58,11 +58,24 @@ def attention_match(node: Node) -> AttentionMatch | None:
 
 
 def kernel_attention(root: Node) -> AttentionMatch | None:
-    """The attention that a kernel's output `root` is elementwise over (same shape), or None."""
+    """The attention that a kernel's output `root` is elementwise over (same shape, no reduction between), or None."""
     for node in reversed(toposort([root])):
-        if node.op == Op.SUM and node.shape == root.shape and (match := attention_match(node)) is not None:
+        if (node.op == Op.SUM and node.shape == root.shape and _elementwise_over(root, node)
+                and (match := attention_match(node)) is not None):
             return match
     return None
+
+
+def _elementwise_over(root: Node, output: Node) -> bool:
+    """Whether nothing between `root` and `output` reduces cooperatively: a product of an attention of its shape
+    (attention(q, k, v) @ w, w square) has that shape too, but the attention kernel's epilogue cannot compute it."""
+    above = {id(output)}
+    for node in toposort([root], {id(output)}):
+        if node is not output and any(id(src) in above for src in node.srcs):
+            if node.op in REDUCE and not is_inline_reduce(node):
+                return False
+            above.add(id(node))
+    return True
 
 
 def skips_masked_tiles(match: AttentionMatch) -> bool:

@@ -134,6 +134,21 @@ def test_reshape_strides_agree_with_numpy_views(shape, axes, new) -> None:
         assert got is not None and all(g == e for g, e, d in zip(got, expected, new) if d != 1)
 
 
+def test_a_product_of_an_attention_of_its_shape_is_not_its_epilogue() -> None:
+    """attention(q, k, v) @ w with w square: the product has the attention's shape but is no function of it elementwise,
+    so the attention kernel could not compute it, and partition failed ("codegen refused ... again"). Found by the
+    fuzzer as attention(attention(q, k1, v1), k2, v2) with 7 keys first, whose second scores extraction reassociated
+    to P1 @ (v1 @ k2^T)."""
+    g = ts.Graph("attention_then_matmul")
+    q, k, v, w = (g.input(name, (16, 16), "float16") for name in "qkvw")
+    g.output("y", nn.attention(q, k, v) @ w)
+    program = partition(g)
+    assert [k.archetype for k in program.kernels] == ["attention", "matmul"]
+    inputs = {name: np.random.default_rng(0).standard_normal((16, 16)).astype(np.float16) for name in "qkvw"}
+    want = ts.evaluate(g, inputs)["y"]
+    np.testing.assert_allclose(program.execute(inputs)["y"], want, rtol=1e-2, atol=1e-2)
+
+
 def test_head_dims_that_are_not_multiples_of_16_are_not_attention() -> None:
     program = partition(attention_graph("d40", (1, 2, 64, 64, 40, "float16", False)))
     assert "attention" not in [k.archetype for k in program.kernels]
