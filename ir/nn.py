@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from .dtypes import DType
 from .errors import ShapeError, user_location
+from .primitives import normalize_axis
 from .tensor import Tensor, constant, equal, iota, matmul, maximum, where
 
 __all__ = ["relu", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
@@ -166,7 +167,7 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     """The tensors joined along `axis`, as a sum of zero-padded parts (bools through int32): exact, and fusible."""
     if not tensors:
         raise ShapeError(f"concat: no tensors to join at {user_location()}")
-    axis = axis % tensors[0].ndim
+    axis = normalize_axis(axis, tensors[0].ndim, "concat", [t.node for t in tensors])
     total, before, parts = sum(t.shape[axis] for t in tensors), 0, []
     for t in tensors:
         widths = [(0, 0)] * t.ndim
@@ -181,7 +182,7 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
 
 def split(x: Tensor, sizes: Sequence[int], axis: int = 0) -> list[Tensor]:
     """x cut along `axis` into consecutive parts of the given sizes (views: they cost nothing)."""
-    axis = axis % x.ndim
+    axis = normalize_axis(axis, x.ndim, "split", [x.node])
     if sum(sizes) != x.shape[axis]:
         raise ShapeError(f"split: sizes {list(sizes)} do not add up to axis {axis} of {x.shape} at {user_location()}")
     parts, start = [], 0
@@ -206,7 +207,7 @@ def embedding(weight: Tensor, ids: Tensor) -> Tensor:
 def var(x: Tensor, axis: int = -1, correction: int = 1, keepdim: bool = False) -> Tensor:
     """mean((x - mean(x))**2) * n / (n - correction) along `axis` (correction 1: the unbiased estimate, PyTorch's
     default)."""
-    n = x.shape[axis]
+    n = x.shape[normalize_axis(axis, x.ndim, "var", [x.node])]
     centered = x - x.mean(axis, keepdim=True)
     scale = 1.0 / (n - correction) if n > correction else math.inf   # no degrees of freedom left: nan, as PyTorch
     return (centered * centered).sum(axis, keepdim=keepdim) * scale
@@ -228,7 +229,7 @@ def argmin(x: Tensor, axis: int = -1, keepdim: bool = False) -> Tensor:
 
 
 def _first_index(x: Tensor, extreme: Tensor, axis: int, keepdim: bool) -> Tensor:
-    axis = axis % x.ndim
+    axis = normalize_axis(axis, x.ndim, "argmax", [x.node])
     n = x.shape[axis]
     index = iota(x.shape, axis).cast("float32")
     candidates = where(equal(x, extreme.expand(x.shape)), index, float(n))   # n where x is not the extreme
@@ -238,7 +239,7 @@ def _first_index(x: Tensor, extreme: Tensor, axis: int, keepdim: bool) -> Tensor
 def cumsum(x: Tensor, axis: int = -1) -> Tensor:
     """Running sums along `axis`, as x @ a lower-triangular matrix of ones (made from iotas): n**2 work along the axis,
     for the short axes models run them on (positions, masks)."""
-    axis = axis % x.ndim
+    axis = normalize_axis(axis, x.ndim, "cumsum", [x.node])
     n = x.shape[axis]
     moved = x if axis == x.ndim - 1 else x.transpose(axis, -1)
     upto = (iota((n, n), 0) < iota((n, n), 1) + 1).cast(x.dtype)        # upto[j, i] = j <= i

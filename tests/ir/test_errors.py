@@ -85,6 +85,10 @@ def test_matmul_batch_mismatch_and_scalars():
     ("softmax", lambda x: nn.softmax(x, axis=2)), ("transpose", lambda x: x.transpose(0, 2)),
     ("permute", lambda x: x.permute(0, 2)), ("iota", lambda x: ts.iota((3, 4), axis=2)),
     ("iota-scalar", lambda x: ts.iota((), axis=0)),
+    # these took the axis modulo the rank: cumsum(x, 2) of a matrix summed along axis 0 (found writing the fuzzer)
+    ("cumsum", lambda x: nn.cumsum(x, 2)), ("concat", lambda x: nn.concat([x, x], axis=2)),
+    ("split", lambda x: nn.split(x, [1, 2], axis=-3)), ("var", lambda x: nn.var(x, 2)),
+    ("std", lambda x: nn.std(x, -3)), ("argmin", lambda x: nn.argmin(x, 2)),
 ])
 def test_axis_out_of_range(name, build):
     x, = tensors(((3, 4), "float32"))
@@ -101,6 +105,16 @@ def test_axis_that_is_not_an_integer(axis):
         x.sum(axis)
     with pytest.raises(ts.ShapeError, match="axis"):
         nn.softmax(x, axis=axis)
+
+
+@pytest.mark.parametrize("build", [lambda s: nn.cumsum(s), lambda s: nn.concat([s, s]), lambda s: nn.split(s, [1]),
+                                   lambda s: nn.var(s), lambda s: nn.argmax(s)], ids=["cumsum", "concat", "split",
+                                                                                       "var", "argmax"])
+def test_an_axis_of_a_scalar(build):
+    """A rank-0 tensor has no axis: a ShapeError, not the ZeroDivisionError or IndexError these raised."""
+    s, = tensors(((), "float32"))
+    with pytest.raises(ts.ShapeError, match="out of range for rank 0"):
+        build(s)
 
 
 def test_reduce_of_a_scalar_over_axis_zero():
