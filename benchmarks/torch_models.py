@@ -27,6 +27,7 @@ from tensorsmith.bench.timing import time_runs  # noqa: E402
 
 
 def relative(got: torch.Tensor, want: torch.Tensor) -> float:
+    """||got - want|| / ||want|| in float32; NaN where got is not finite."""
     got, want = got.float(), want.float()
     return float((got - want).norm() / want.norm()) if torch.isfinite(got).all() else float("nan")
 
@@ -69,11 +70,11 @@ def main() -> int:
           + " | from_torch vs eager | vs torch.compile | compile s (from_torch, backend) |")
     print("|" + " --- |" * (len(names) + 5))
     for row in rows:
-        ms, errors, seconds = row["ms"], row["errors"], row["compile_s"]
-        cells = [f"{ms[n] * 1e3:.1f} ({errors[n]:.1e})" for n in names]   # type: ignore[index]
+        ms, errors, seconds = (dict(row[k]) for k in ("ms", "errors", "compile_s"))   # type: ignore[call-overload]
+        cells = [f"{ms[n] * 1e3:.1f} ({errors[n]:.1e})" for n in names]
         print(f"| {row['family']} | {row['kernels']} | " + " | ".join(cells)
-              + f" | {ms['eager'] / ms['from_torch']:.2f}x | {ms['torch.compile'] / ms['from_torch']:.2f}x"  # type: ignore[index]
-              + f" | {seconds['from_torch']:.1f}, {seconds['backend']:.1f} |")  # type: ignore[index]
+              + f" | {ms['eager'] / ms['from_torch']:.2f}x | {ms['torch.compile'] / ms['from_torch']:.2f}x"
+              + f" | {seconds['from_torch']:.1f}, {seconds['backend']:.1f} |")
     return 0
 
 

@@ -67,7 +67,7 @@ def import_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None,
     unsupported: dict[str, str] = {}
     caller = user_location()
     for node in proto.graph.node:
-        with located(caller, re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", node.op_type).lower()):   # MatMul: mat_mul
+        with located(caller, _snake(node.op_type)):
             outputs = _node_values(node, values, known, unsupported)
         values.update(zip(node.output, outputs))
     if unsupported:
@@ -78,6 +78,11 @@ def import_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None,
         imported.graph.output(out, known.tensor(values[output.name], f"output {output.name}"))
         imported.outputs.append(out)
     return imported
+
+
+def _snake(op_type: str) -> str:
+    """What the kernels computing an ONNX op's nodes are named after: mat_mul for MatMul."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", op_type).lower()
 
 
 def _load(onnx: Any, model: Any) -> Any:
@@ -149,11 +154,11 @@ def _folded(node: Any, inputs: list[Any]) -> list[Any]:
     """The node evaluated by onnx's reference implementation (or FOLDINGS), on inputs all known at import."""
     import onnx
     from onnx.reference import ReferenceEvaluator
-    feeds = {name: value for name, value in zip(node.input, inputs) if name}
-    if node.op_type in FOLDINGS:
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        return [FOLDINGS[node.op_type](*inputs, **attrs)]
     try:
+        if node.op_type in FOLDINGS:
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            return [FOLDINGS[node.op_type](*inputs, **attrs)]
+        feeds = {name: value for name, value in zip(node.input, inputs) if name}
         return list(ReferenceEvaluator(node).run(None, feeds))
     except Exception as err:   # the reference implementation raises many kinds
         raise OnnxImportError(f"cannot evaluate {node.op_type} node {node.name or node.output[0]!r} at import:"

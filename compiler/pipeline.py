@@ -103,10 +103,12 @@ def _extract(c: Compilation) -> None:
     if c.saturated is None:          # rewrites off
         c.forms, c.chosen = [search.Form(c.graph, None, WRITTEN)], c.graph
         return
-    c.forms = search.extract_forms(c.saturated, c.target)   # the first: the graph as written, tidied
+    try:
+        c.forms = search.extract_forms(c.saturated, c.target)   # the first: the graph as written, tidied
+    finally:
+        c.saturation, c.saturated = c.saturated.report, None
+        gc.collect()   # egglog's EGraph, held in reference cycles, is freed here: dropped on another thread it raises
     c.chosen = c.forms[0].graph
-    c.saturation, c.saturated = c.saturated.report, None
-    gc.collect()   # egglog's EGraph, held in reference cycles, is freed here: dropped on another thread it raises
 
 
 WRITTEN = "as written"

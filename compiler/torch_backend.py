@@ -25,10 +25,14 @@ def tensorsmith_backend(graph_module: Any, example_inputs: list[Any]) -> Callabl
     try:
         imported = import_torch(graph_module, example_inputs, name="dynamo_graph")
     except ModelImportError as err:
-        split = _split(graph_module, example_inputs)
+        reason = str(err)
+        try:
+            split = _split(graph_module, example_inputs)
+        except Exception as failure:   # torch.fx's partitioner, a piece's import or compile: PyTorch runs it all
+            split, reason = None, f"{reason}; splitting it around those ops failed: {failure}"
         if split is not None:
             return split
-        _say_once(f"tensorsmith: a captured graph runs in PyTorch: {err}")
+        _say_once(f"tensorsmith: a captured graph runs in PyTorch: {reason}")
         return graph_module.forward
     program = ImportedProgram(imported, ts_compile(imported.graph, **OPTIONS))
     returns_sequence = _returns_sequence(graph_module)
@@ -42,14 +46,11 @@ def tensorsmith_backend(graph_module: Any, example_inputs: list[Any]) -> Callabl
 
 
 def _split(graph_module: Any, example_inputs: list[Any]) -> Callable[..., Any] | None:
-    """The graph's core ATen form with each run of lowered ops replaced by its tensorsmith program; None where there
-    is nothing to compile (no lowered op) or a piece fails to import."""
+    """The graph's core ATen form with each run of lowered ops replaced by its tensorsmith program (every piece
+    imported before any is compiled); None where there is nothing to compile (no lowered op). Raises what fails."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
-    try:
-        aten = exported_aten(graph_module, example_inputs).module()
-    except ModelImportError:
-        return None
+    aten = exported_aten(graph_module, example_inputs).module()
     support = _Lowered()
     left = {op_name(n.target): where_of(n) for n in aten.graph.nodes
             if n.op == "call_function" and not support.is_node_supported({}, n)}
@@ -60,14 +61,9 @@ def _split(graph_module: Any, example_inputs: list[Any]) -> Callable[..., Any] |
     split = partitioner.fuse_partitions(pieces, prefix=PIECE)
     names = [str(n.target) for n in split.graph.nodes if n.op == "call_module" and str(n.target).startswith(PIECE)]
     arguments = _piece_arguments(split, names, example_inputs)
-    try:
-        programs = {}
-        for name in names:
-            imported = import_torch(getattr(split, name), arguments[name], name=name)
-            programs[name] = _piece(ImportedProgram(imported, ts_compile(imported.graph, **OPTIONS)),
-                                    _returns_sequence(getattr(split, name)))
-    except ModelImportError:
-        return None
+    imported = {name: import_torch(getattr(split, name), arguments[name], name=name) for name in names}  # all, first
+    programs = {name: _piece(ImportedProgram(model, ts_compile(model.graph, **OPTIONS)),
+                             _returns_sequence(getattr(split, name))) for name, model in imported.items()}
     for name, run in programs.items():
         delattr(split, name)       # a submodule's name may then hold any callable, which the graph's code calls
         setattr(split, name, run)

@@ -202,8 +202,10 @@ def op_name(target: Any) -> str:
 
 
 def _api(target: Any) -> str:
-    """What the kernels computing an ATen op's nodes are named after: 'softmax' for aten._softmax.default."""
-    return op_name(target).removeprefix("aten.").split(".")[0].strip("_")
+    """What the kernels computing an ATen op's nodes are named after: 'softmax' for aten._softmax.default (the
+    overload's packet, in any namespace: 'convert_element_type' for prims.convert_element_type.default)."""
+    parts = op_name(target).split(".")
+    return (parts[-2] if len(parts) >= 3 else parts[-1]).strip("_")
 
 
 def where_of(node: Any) -> str:

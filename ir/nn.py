@@ -92,6 +92,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: floa
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = ((q @ k.transpose(-1, -2)) * scale).cast("float32")
     if bias is not None:
+        if bias.ndim > scores.ndim or any(b not in (1, s) for b, s in zip(bias.shape[::-1], scores.shape[::-1])):
+            raise ShapeError(f"attention: a bias of shape {bias.shape} does not broadcast to the scores"
+                             f" {scores.shape} at {user_location()}")
         scores = scores + bias.cast("float32")
     if causal:
         scores = scores + causal_mask(q.shape[-2], k.shape[-2]).cast("float32") * -1e9

@@ -100,6 +100,7 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
     tidy, priced = cheapest(classes, lambda enode: TIDY_COSTS.get(enode.op, 1.0)), cheapest(classes, cost)
     forms: list[Form] = []
     seen: set[str] = set()
+    mates = originals_by_class(classes, saturated.graph)
 
     def add(choice: dict[int, ENode], change: Callable[[], str]) -> None:
         """The choice's program as a form, unless it is cyclic or seen; its label made only then (a cyclic choice
@@ -107,7 +108,7 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
         try:
             built: dict[int, Node] = {}
             graph = build_graph(classes, choice, saturated.graph, built)
-            graph = carry_locations(saturated.graph, graph, classes, built)
+            graph = carry_locations(saturated.graph, graph, mates, built)
         except ExtractionError:  # an ill-formed term: an unsound rule, never hidden
             raise
         except ValueError:       # an alternative's cheapest children lead back to its own e-class
@@ -293,13 +294,27 @@ def term_text(classes: EClasses, choice: dict[int, ENode], c: int, depth: int = 
 REWRITTEN = "(rewritten)"   # marks a node that only a rewrite made, after the line of the code it serves
 
 
-def carry_locations(original: Graph, chosen: Graph, classes: EClasses | None = None,
+def originals_by_class(classes: EClasses, graph: Graph) -> dict[int, Node]:
+    """An original node (not an input) of each e-class that holds one: what `carry_locations` takes lines from."""
+    nodes = graph.nodes()
+    by_id = {id(node): node for node in nodes}
+    mates: dict[int, Node] = {}
+    for node_id, c in classes_of(classes, nodes).items():
+        if by_id[node_id].op != Op.INPUT:
+            mates.setdefault(c, by_id[node_id])
+    return mates
+
+
+LAYOUT_OPS = LEAF_OPS | VIEW_OPS | {Op.CONTIGUOUS}   # the data, written again: never marked REWRITTEN by its e-class
+
+
+def carry_locations(original: Graph, chosen: Graph, mates: Mapping[int, Node] | None = None,
                     built: Mapping[int, Node] | None = None) -> Graph:
     """`chosen` with each node's `where` (the user's file:line) and `api` taken from the original node of the same
     structure, so that errors, kernel names and kernel headers still point at the model. A node that a rewrite made
-    takes them from an original node of its e-class (given `classes` and `built`, the Node made for each e-class),
-    which computes the same value, marked REWRITTEN where its op is another; failing that, marked, from the node that
-    consumes it (an output: the original output's)."""
+    takes them from the original node of its e-class (`mates` by e-class, `built`: the Node made for each e-class),
+    which computes the same value, marked REWRITTEN where its op is another (a constant or a view is not:
+    LAYOUT_OPS); failing that, marked, from the node that consumes it (an output: the original output's)."""
     interned: dict[tuple, int] = {}      # structure -> a small int, so keys stay flat however deep the graph
 
     def key(node: Node, keys: dict[int, int]) -> int:
@@ -319,25 +334,18 @@ def carry_locations(original: Graph, chosen: Graph, classes: EClasses | None = N
         if new_keys[id(node)] in known:
             mate = known[new_keys[id(node)]]
             source[id(node)] = mate.where, mate.api
-    if classes is not None and built is not None:
-        of_class: dict[int, Node] = {}
-        nodes = original.nodes()
-        by_id = {id(node): node for node in nodes}
-        for node_id, c in classes_of(classes, nodes).items():
-            if by_id[node_id].op != Op.INPUT:
-                of_class.setdefault(c, by_id[node_id])
-        for c, node in built.items():
-            if id(node) not in source and c in of_class:
-                mate = of_class[c]
-                same = mate.op == node.op or node.op in LAYOUT_OPS   # a constant or view: the data, written again
-                source[id(node)] = mate.where if same else f"{mate.where} {REWRITTEN}", mate.api
+    for c, node in (built or {}).items():
+        mate = (mates or {}).get(c)
+        if id(node) not in source and mate is not None:
+            same = mate.op == node.op or node.op in LAYOUT_OPS
+            source[id(node)] = mate.where if same else _marked(mate.where), mate.api
     unchanged = {node_id for node_id, (where, _) in source.items() if not where.endswith(REWRITTEN)}
     _pass_down(order, source, unchanged)      # from a consumer as written, then one rewritten, then farther ones,
     _pass_down(order, source, set(source))    # then the outputs
     _pass_down(order, source, None)
     for name, node in chosen.outputs.items():
         mate = original.outputs[name]
-        source.setdefault(id(node), (f"{_line(mate.where)} {REWRITTEN}", mate.api))
+        source.setdefault(id(node), (_marked(mate.where), mate.api))
     _pass_down(order, source, None)
     copies: dict[int, Node] = {}
     for node in order:
@@ -350,9 +358,6 @@ def carry_locations(original: Graph, chosen: Graph, classes: EClasses | None = N
     return located
 
 
-LAYOUT_OPS = LEAF_OPS | VIEW_OPS | {Op.CONTIGUOUS}
-
-
 def _pass_down(order: list[Node], source: dict[int, tuple[str, str]], givers: set[int] | None) -> None:
     """Give each node without a source its consumer's, marked REWRITTEN (consumers come later in `order`): only the
     consumers in `givers` give (None: any consumer with a source, one given in this pass too)."""
@@ -360,9 +365,10 @@ def _pass_down(order: list[Node], source: dict[int, tuple[str, str]], givers: se
         if id(node) in source and (givers is None or id(node) in givers):
             where, api = source[id(node)]
             for src in node.srcs:
-                source.setdefault(id(src), (f"{_line(where)} {REWRITTEN}", api))
+                source.setdefault(id(src), (_marked(where), api))
 
 
-def _line(where: str) -> str:
-    """A node's `where` without its REWRITTEN mark."""
-    return where.split(" ")[0]
+def _marked(where: str) -> str:
+    """A node's `where` marked REWRITTEN once (a path may hold spaces: only the mark is taken off first)."""
+    line = where.removesuffix(f" {REWRITTEN}").removesuffix(REWRITTEN)
+    return f"{line} {REWRITTEN}" if line else REWRITTEN

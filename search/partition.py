@@ -190,7 +190,7 @@ def build_program(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, 
 
 
 def _fresh(name: str, taken: set[str]) -> str:
-    """`name`, or with underscores added where an input or output of the user's has it."""
+    """`name`, or with underscores added where an input, an output or an earlier temporary has it."""
     while name in taken:
         name += "_"
     return name

@@ -18,7 +18,7 @@ class Logits(torch.nn.Module):
 class Hidden(torch.nn.Module):
     """An encoder's last hidden state for token ids (an encoder has no logits)."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
 

@@ -265,6 +265,13 @@ def test_attention_with_an_additive_bias(rng):
     np.testing.assert_allclose(got, expected, **CLOSE)
 
 
+def test_an_attention_bias_that_does_not_broadcast_is_refused():
+    g = ts.Graph("bias")
+    q, k, v = (g.input(n, (2, 5, 8), "float32") for n in "qkv")
+    with pytest.raises(ts.ShapeError, match="does not broadcast"):
+        nn.attention(q, k, v, bias=g.input("bias", (3, 5, 5), "float32"))
+
+
 def test_causal_attention_first_query_sees_only_the_first_key(rng):
     q, k, v = (rng.standard_normal((2, 5, 8)).astype(np.float32) for _ in range(3))
     got = run(lambda q, k, v: nn.attention(q, k, v, causal=True), q=q, k=k, v=v)
