@@ -86,7 +86,7 @@ def _rows(program: "Program") -> list[tuple[list[dict], list[dict]]]:
         return [{"id": f"b:{name}", "label": name, "kind": "input", "kernel": False} for name in program.inputs
                 if first_reader.get(name, 0) == position]
 
-    rows = [([], inputs(0))]
+    rows: list[tuple[list[dict], list[dict]]] = [([], inputs(0))]
     for position, kernel in enumerate(program.kernels):
         rows.append(([{"id": f"k:{position}", "label": f"{kernel.name} ({kernel.archetype})", "kind": kernel.archetype,
                        "kernel": True}], []))

@@ -54,7 +54,7 @@ def _split(graph_module: Any, example_inputs: list[Any]) -> Callable[..., Any] |
     support = _Lowered()
     left = {op_name(n.target): where_of(n) for n in aten.graph.nodes
             if n.op == "call_function" and not support.is_node_supported({}, n)}
-    partitioner = CapabilityBasedPartitioner(aten, support, allows_single_node_partition=True)
+    partitioner = CapabilityBasedPartitioner(aten, support, allows_single_node_partition=True)  # type: ignore[arg-type]
     pieces = [p for p in partitioner.propose_partitions() if any(op_name(n.target) in LOWERINGS for n in p.nodes)]
     if not pieces:
         return None

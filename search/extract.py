@@ -335,10 +335,10 @@ def carry_locations(original: Graph, chosen: Graph, mates: Mapping[int, Node] | 
             mate = known[new_keys[id(node)]]
             source[id(node)] = mate.where, mate.api
     for c, node in (built or {}).items():
-        mate = (mates or {}).get(c)
-        if id(node) not in source and mate is not None:
-            same = mate.op == node.op or node.op in LAYOUT_OPS
-            source[id(node)] = mate.where if same else _marked(mate.where), mate.api
+        kin = (mates or {}).get(c)
+        if id(node) not in source and kin is not None:
+            same = kin.op == node.op or node.op in LAYOUT_OPS
+            source[id(node)] = kin.where if same else _marked(kin.where), kin.api
     unchanged = {node_id for node_id, (where, _) in source.items() if not where.endswith(REWRITTEN)}
     _pass_down(order, source, unchanged)      # from a consumer as written, then one rewritten, then farther ones,
     _pass_down(order, source, set(source))    # then the outputs
