@@ -59,6 +59,14 @@ def survivors(procs: list[Proc], within_s: float) -> list[Proc]:
         time.sleep(POLL_S)
 
 
+def assert_none_outlives(parent: subprocess.Popen[bytes], children: list[Proc], within_s: float = 10) -> None:
+    """SIGKILL `parent`, then fail unless every one of `children` has exited within `within_s` seconds."""
+    parent.kill()
+    parent.wait()
+    left = survivors(children, within_s)
+    assert left == [], f"alive {within_s:g} s after their parent was killed:\n" + "\n".join(map(str, left))
+
+
 def kill(procs: list[Proc]) -> None:
     """SIGKILL whichever of `procs` are still alive: a failed test must not leave them to the next."""
     for proc in procs:

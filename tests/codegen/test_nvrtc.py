@@ -291,10 +291,7 @@ def test_a_compile_killed_during_nvrtc_leaves_no_process_behind(tmp_path: Path) 
         deadline = time.monotonic() + 30
         while processes.cpu_seconds(children) < busy_from + 0.5 and time.monotonic() < deadline:
             time.sleep(0.1)                          # until NVRTC is at work in the workers
-        compile_.kill()
-        compile_.wait()
-        left = processes.survivors(children, within_s=10)
-        assert left == [], "alive 10 s after the compile was killed:\n" + "\n".join(map(str, left))
+        processes.assert_none_outlives(compile_, children)
     finally:
         compile_.kill()
         processes.kill(children)

@@ -244,10 +244,7 @@ def test_the_worker_of_a_killed_process_exits_with_it(tmp_path, starter):
         assert processes.read_line(parent, timeout_s=60) == "task running\n"
         children = processes.descendants(parent.pid)
         assert len(children) == 2, children          # the worker and the resource tracker
-        parent.kill()
-        parent.wait()
-        left = processes.survivors(children, within_s=10)
-        assert left == [], "alive 10 s after their parent was killed:\n" + "\n".join(map(str, left))
+        processes.assert_none_outlives(parent, children)
     finally:
         parent.kill()
         processes.kill(children)
