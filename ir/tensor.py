@@ -77,6 +77,12 @@ class Tensor:
     def __mod__(self, other: TensorLike) -> "Tensor":
         return _binary(Op.MOD, self, other)
 
+    def __rmod__(self, other: TensorLike) -> "Tensor":
+        return _binary(Op.MOD, other, self)
+
+    def __abs__(self) -> "Tensor":
+        return self.abs()
+
     def __matmul__(self, other: "Tensor") -> "Tensor":
         return matmul(self, other)
 

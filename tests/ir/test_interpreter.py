@@ -546,3 +546,11 @@ def test_a_chain_of_elementwise_ops_reuses_one_array() -> None:
     # x * 2 is new; + 1, exp2, * x and sqrt each write over their source's array, which is let go
     assert len(values) < len(evaluate_nodes([y], leaves))
     np.testing.assert_allclose(values[id(y)], np.sqrt(np.exp2(leaves["x"] * 2 + 1) * leaves["x"]))
+
+
+def test_a_number_modulo_a_tensor_and_abs_of_a_tensor(rng):
+    """`5 % x` and `abs(x)` build graphs as `x % 5` and `x.abs()` do (they raised TypeError: Tensor had neither
+    __rmod__ nor __abs__)."""
+    b = signed(rng, (20,))
+    np.testing.assert_allclose(run(lambda b: 5.0 % b, b=b), np.fmod(5.0, b.astype(np.float64)), **EXACT)
+    np.testing.assert_array_equal(run(lambda b: abs(b), b=b), np.abs(b.astype(np.float64)))
