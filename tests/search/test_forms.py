@@ -21,6 +21,8 @@ from tensorsmith.search.mcts import MCTSConfig, mcts
 from tensorsmith.search.space import CandidateSpace
 
 BUDGET_S = 5.0
+CHOICE_S = 10.0   # the searches that must find another form's program: at 5 s, CI's two workers on two busy cores
+                  # left the second form's beam too little of the budget to find it (2 of 6 cases failed, 2026-12-02)
 
 
 def _graph(name: str, shapes: list[tuple[str, tuple[int, ...]]], out: Callable[..., Tensor]) -> Graph:
@@ -76,8 +78,8 @@ CASES = [row_scaled_linear, chain_left_first, chain_right_first, shared_operand,
 
 def _searched(graph: Graph) -> tuple[ts.search.SearchResult, ts.search.SearchResult, list[Graph]]:
     forms = [form.graph for form in extract_forms(rewrites.saturate(graph))]
-    alone = search_program(graph, budget_s=BUDGET_S)
-    return alone, search_program(forms[0], budget_s=BUDGET_S, reference=graph, forms=forms[1:]), forms
+    alone = search_program(graph, budget_s=CHOICE_S)
+    return alone, search_program(forms[0], budget_s=CHOICE_S, reference=graph, forms=forms[1:]), forms
 
 
 def _matmul_flops(graph: Graph) -> int:
