@@ -85,6 +85,16 @@ def round_to(values: np.ndarray, dtype: DType) -> np.ndarray:
     return np.asarray(values).astype(numpy_dtype(dtype))
 
 
+def round_to_register(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """Values as a kernel reads them from device memory of this dtype into registers: floats rounded to the dtype
+    and held as float32 (every float16 and bfloat16 value is one), ints and bools as they are stored."""
+    if dtype == DType.BFLOAT16:
+        return bfloat16_to_float(float_to_bfloat16(values))
+    if dtype.is_float:
+        return np.asarray(values).astype(numpy_dtype(dtype), copy=False).astype(np.float32, copy=False)
+    return np.asarray(values).astype(numpy_dtype(dtype), copy=False)
+
+
 def round_to_host(values: np.ndarray, dtype: DType) -> np.ndarray:
     """Float32 values rounded to a float dtype and held as the host holds it: float16 as float16, float32 and
     bfloat16 (its values, rounded) as float32."""

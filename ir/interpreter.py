@@ -1,8 +1,9 @@
 """The reference interpreter: evaluates any Graph in numpy float64. It is the oracle for every test.
 
 Floats are float64 throughout (a cast between float dtypes does not round; `evaluate_nodes(rounded=True)`
-evaluates at the graph's own precision instead), int32 stays int32 and bool stays bool. `SEMANTICS` is
-the one definition of what each op means.
+evaluates at the graph's own precision instead, and `registers=True` as a kernel computes: float32), int32 stays
+int32 and bool stays bool. `SEMANTICS` is the one definition of what each op means; a float op computes in the
+width of the floats it is given.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from .dtypes import DType, round_to
+from .dtypes import DType, round_to, round_to_register
 from .errors import InputError
 from .graph import Graph
 from .node import Node, toposort
@@ -22,13 +23,21 @@ def _host_dtype(dtype: DType) -> type:
     return {DType.INT32: np.int32, DType.BOOL: np.bool_}.get(dtype, np.float64)
 
 
+def _kept(node: Node, value: np.ndarray) -> np.ndarray:
+    """A float op's value in the width its operands had (float64 in the reference, float32 in registers); other
+    values in their host dtype."""
+    if node.dtype.is_float and value.dtype.kind == "f":
+        return value
+    return value.astype(_host_dtype(node.dtype), copy=False)
+
+
 def _cast(x: np.ndarray, node: Node) -> np.ndarray:
     if node.dtype == DType.BOOL:
         return x != 0
     if node.dtype == DType.INT32:
         with np.errstate(invalid="ignore"):
             return np.trunc(x).astype(np.int32) if x.dtype.kind == "f" else x.astype(np.int32)
-    return x.astype(np.float64)
+    return x if x.dtype.kind == "f" else x.astype(np.float64)   # between floats, a value is not rounded
 
 
 def _iota(node: Node) -> np.ndarray:
@@ -39,7 +48,7 @@ def _iota(node: Node) -> np.ndarray:
 
 def _reduce(fn: Callable[..., np.ndarray]) -> Callable[[Node, np.ndarray], np.ndarray]:
     def apply(node: Node, x: np.ndarray) -> np.ndarray:
-        return np.asarray(fn(x, axis=node.arg)).astype(_host_dtype(node.dtype), copy=False)
+        return _kept(node, np.asarray(fn(x, axis=node.arg)))
     return apply
 
 
@@ -54,9 +63,9 @@ SEMANTICS: dict[Op, Callable[..., np.ndarray]] = {
     Op.SIN: lambda n, x: np.sin(x),
     Op.SQRT: lambda n, x: np.sqrt(x),
     Op.RECIP: lambda n, x: np.divide(1.0, x),
-    Op.ADD: lambda n, a, b: (a + b).astype(_host_dtype(n.dtype), copy=False),
-    Op.MUL: lambda n, a, b: (a * b).astype(_host_dtype(n.dtype), copy=False),
-    Op.MOD: lambda n, a, b: np.fmod(a, b).astype(_host_dtype(n.dtype), copy=False),
+    Op.ADD: lambda n, a, b: _kept(n, a + b),
+    Op.MUL: lambda n, a, b: _kept(n, a * b),
+    Op.MOD: lambda n, a, b: _kept(n, np.fmod(a, b)),
     Op.LESS_THAN: lambda n, a, b: np.less(a, b),
     Op.SUM: _reduce(np.sum),
     Op.MAX: _reduce(np.max),
@@ -81,7 +90,8 @@ IN_PLACE: dict[Op, Callable[..., np.ndarray]] = {
 
 
 def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
-                   roots_only: bool = False, rounded: bool = False) -> dict[int, np.ndarray]:
+                   roots_only: bool = False, rounded: bool = False,
+                   registers: bool = False) -> dict[int, np.ndarray]:
     """Values of every node needed for `roots`, keyed by id(node); INPUT nodes read `leaves[name]`.
 
     A matrix product written as sum(expand(a) * expand(b)) is evaluated with np.matmul rather than by
@@ -89,7 +99,10 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
     With `roots_only` the caller reads the roots' values alone, so an elementwise op may compute into the
     array of a source that nothing else reads (large graphs then allocate, and fault in, far less memory);
     the other values are then not to be read. With `rounded`, every float value an op computes is rounded to
-    its node's dtype, as memory of that dtype would hold it: the graph evaluated at its own precision.
+    its node's dtype, as memory of that dtype would hold it: the graph evaluated at its own precision. With
+    `registers`, floats are float32 as a kernel's registers hold them (float `leaves` must be float32 arrays):
+    constants are float32, a cast between floats changes nothing, and a matrix product's float16 or bfloat16
+    operands are rounded to their dtype, as the tensor cores take them; overflow gives inf as on the GPU.
     """
     roots = list(roots)
     order = toposort(roots)
@@ -104,27 +117,40 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
                 continue
             if node.op == Op.INPUT:
                 values[id(node)] = leaves[node.arg]
+            elif registers and node.op == Op.CONSTANT and node.dtype.is_float:
+                values[id(node)] = np.broadcast_to(np.float32(node.arg), node.shape)
             elif id(node) in matmuls:
                 match = matmuls[id(node)]
                 lhs = values[id(match.lhs.srcs[0])][..., 0]            # (..., M, K)
                 rhs = values[id(match.rhs.srcs[0])][..., 0, :, :]      # (..., K, N)
-                values[id(node)] = np.matmul(lhs, rhs).astype(_host_dtype(node.dtype), copy=False)
-            elif roots_only and node.op in IN_PLACE and _host_dtype(node.dtype) is np.float64:
+                if registers:
+                    lhs, rhs = _mma_operand(lhs, match.lhs.dtype), _mma_operand(rhs, match.rhs.dtype)
+                values[id(node)] = _kept(node, np.matmul(lhs, rhs))
+            elif roots_only and node.op in IN_PLACE and node.dtype.is_float:
                 sources = [values[id(s)] for s in node.srcs]
+                result = np.result_type(*sources)
                 spare = next((s for s in node.srcs if id(s) in owned and readers[id(s)] == 1
-                              and values[id(s)].shape == node.shape), None)
+                              and values[id(s)].shape == node.shape and values[id(s)].dtype == result), None)
                 if spare is not None:
                     values[id(node)] = IN_PLACE[node.op](*sources, out=values.pop(id(spare)))
                     owned.discard(id(spare))
                 else:
                     values[id(node)] = np.asarray(SEMANTICS[node.op](node, *sources))
-                if values[id(node)].dtype == np.float64:
+                if values[id(node)].dtype.kind == "f":
                     owned.add(id(node))
             else:   # numpy gives a scalar, not a 0-d array, for a rank-0 result: keep arrays, `out=` needs them
                 values[id(node)] = np.asarray(SEMANTICS[node.op](node, *(values[id(s)] for s in node.srcs)))
             if rounded and node.dtype.is_float and node.op not in VIEWS and node.op != Op.INPUT:
                 values[id(node)] = round_to(values[id(node)], node.dtype)
+            elif registers and node.dtype.is_float and values[id(node)].dtype != np.float32:   # ints cast to floats
+                values[id(node)] = values[id(node)].astype(np.float32)
     return values
+
+
+def _mma_operand(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """A matrix product's operand as the tensor cores take it: float16 and bfloat16 rounded to their dtype (a fused
+    prologue computes it in float32 and stores its tile at the operand's dtype); float32 as it is."""
+    return values if dtype == DType.FLOAT32 else round_to_register(values, dtype)
 
 
 def _readers(order: list[Node], needed: set[int], matmuls: dict[int, MatmulMatch], roots: list[Node]) -> dict[int, int]:
@@ -163,7 +189,7 @@ def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.nda
                          f"missing {missing}, unexpected {extra}")
     arrays: dict[str, np.ndarray] = {}
     for name, node in graph.inputs.items():
-        value = np.asarray(_to_numpy(inputs[name]))
+        value = np.asarray(to_numpy(inputs[name]))
         if value.shape != node.shape:
             raise InputError(f"input {name!r} of graph {graph.name!r}: expected shape {node.shape}, got {value.shape}")
         if node.dtype.is_float != (value.dtype.kind == "f") or (node.dtype == DType.BOOL) != (value.dtype == bool):
@@ -172,7 +198,7 @@ def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.nda
     return arrays
 
 
-def _to_numpy(value: Any) -> Any:
+def to_numpy(value: Any) -> Any:
     """Accept torch tensors (on any device) and cupy arrays as well as numpy arrays."""
     if type(value).__module__.startswith("torch"):
         return value.detach().float().cpu().numpy() if value.is_floating_point() else value.detach().cpu().numpy()

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .dtypes import DType, round_to
+from .dtypes import DType, round_to_register
 from .interpreter import evaluate_nodes
 from .node import Node, toposort
 from .ops import Op
@@ -99,11 +99,13 @@ class KernelProgram:
     outputs: dict[str, str]
 
     def execute(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run the kernels in numpy, rounding every buffer to its dtype as device memory would."""
-        memory: dict[str, np.ndarray] = {name: round_to(np.asarray(inputs[name]), self.buffers[name].dtype)
+        """Run the kernels in numpy as the GPU runs them: float32 arithmetic in registers, every buffer rounded to
+        its dtype where a kernel stores it (so a float32 intermediate that overflows is inf here too); float
+        outputs come back as float32 arrays of the stored values."""
+        memory: dict[str, np.ndarray] = {name: round_to_register(np.asarray(inputs[name]), self.buffers[name].dtype)
                                          for name in self.inputs}
         for kernel in self.kernels:
-            values = evaluate_nodes([node for _, node in kernel.outputs], memory, roots_only=True)
+            values = evaluate_nodes([node for _, node in kernel.outputs], memory, roots_only=True, registers=True)
             for name, node in kernel.outputs:
-                memory[name] = round_to(np.asarray(values[id(node)]), self.buffers[name].dtype)
+                memory[name] = round_to_register(np.asarray(values[id(node)]), self.buffers[name].dtype)
         return {out: memory[buf] for out, buf in self.outputs.items()}

@@ -1,7 +1,9 @@
-"""Rendered kernels launched by themselves on the GPU, for the archetype tests: poisoned outputs, host results."""
+"""Rendered kernels launched by themselves on the GPU, for the archetype tests: poisoned outputs, host results, and
+the CPU executor's prediction of them checked on every launch."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -10,8 +12,9 @@ from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.codegen.render import RenderedKernel
 from tensorsmith.codegen.tensor_map import launch_arguments
 from tensorsmith.executor import from_device_layout, to_device_layout
-from tensorsmith.ir.dtypes import numpy_dtype
+from tensorsmith.ir.dtypes import DType, numpy_dtype
 from tensorsmith.ir.kernel_program import KernelProgram
+from tensorsmith.search.verify import relative_l2
 
 POISON = 0xFF   # NaN in every float dtype (-1 as int32, 255 as bool): an element never written fails a check
 
@@ -43,4 +46,31 @@ def run_rendered(program: KernelProgram, kernels: Sequence[RenderedKernel],
     for out, name in program.outputs.items():
         buf = program.buffers[name]
         outputs[out] = from_device_layout(buffers[name].download(buf.shape, numpy_dtype(buf.dtype)), buf.dtype)
+    if len(kernels) == len(program.kernels):
+        assert_cpu_predicts(program, inputs, outputs)
     return outputs
+
+
+# How far the CPU executor's outputs may lie from the GPU's (relative L2): float32 registers on both sides, summed in
+# another order, a few units in the last place of the stored dtype (attention's probabilities, which the GPU rounds
+# to float16 or bfloat16 before their product with V, are the largest share).
+AGREEMENT = {DType.FLOAT32: 1e-5, DType.FLOAT16: 2e-3, DType.BFLOAT16: 1.6e-2, DType.INT32: 0.0, DType.BOOL: 0.0}
+
+
+def assert_cpu_predicts(program: KernelProgram, inputs: Mapping[str, np.ndarray],
+                        gpu_outputs: Mapping[str, np.ndarray], label: str = "") -> None:
+    """The CPU executor (`KernelProgram.execute`) gives what the GPU gave: inf and nan in the same places, the rest
+    within AGREEMENT. With TS_AGREEMENT_LOG set, each output's figure is appended to that file."""
+    predicted = program.execute(inputs)
+    for out, name in program.outputs.items():
+        dtype = program.buffers[name].dtype
+        cpu, gpu = np.asarray(predicted[out], np.float64), np.asarray(gpu_outputs[out], np.float64)
+        same_specials = (np.array_equal(np.isnan(cpu), np.isnan(gpu))
+                         and np.array_equal(np.where(np.isinf(cpu), cpu, 0), np.where(np.isinf(gpu), gpu, 0)))
+        finite = np.isfinite(cpu) & np.isfinite(gpu)
+        error = relative_l2(cpu[finite], gpu[finite]) if finite.any() else 0.0
+        if os.environ.get("TS_AGREEMENT_LOG"):
+            with open(os.environ["TS_AGREEMENT_LOG"], "a") as log:
+                log.write(f"{label or program.kernels[0].name}\t{out}\t{dtype}\t{error:.3g}\t{same_specials}\n")
+        assert same_specials, f"{out}: the CPU executor's inf/nan differ from the GPU's (unwritten elements are NaN there)"
+        assert error <= AGREEMENT[dtype], f"{out} ({dtype}): CPU executor vs GPU relative L2 {error:.3g}"

@@ -9,7 +9,7 @@ import pytest
 
 import tensorsmith as ts
 from attention_cases import ATTENTION_CASES, ATTENTION_SCHEDULES, WGMMA_SCHEDULES, attention_graph, attention_program
-from kernel_launch import run_rendered
+from kernel_launch import assert_cpu_predicts, run_rendered
 from tensorsmith.codegen import attention
 from tensorsmith.model_loader import load_graph
 from tensorsmith.search.verify import compare, random_inputs, relative_l2
@@ -94,3 +94,4 @@ def test_compiled_program_is_one_attention_kernel_and_matches_reference(graph) -
         outputs = program(device="cuda", **inputs)
         for check in compare(graph, outputs, ts.evaluate(graph, inputs)):
             assert check.ok, f"{graph.name}.{check.output}: relative L2 {check.error:.3g} > {check.tolerance:g}"
+        assert_cpu_predicts(program.kernel_program, inputs, outputs, label=graph.name)

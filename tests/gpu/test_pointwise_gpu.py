@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 import tensorsmith as ts
-from kernel_launch import run_rendered
+from kernel_launch import assert_cpu_predicts, run_rendered
 from pointwise_cases import POINTWISE_CASES
 from tensorsmith.codegen.render import render_program
 from tensorsmith.ir.kernel_program import Schedule
@@ -49,5 +49,7 @@ def test_compiled_pointwise_programs_match_the_reference_on_gpu(case: str) -> No
         assert [k.schedule["vec"] > 1 for k in program.kernels] == [True]
     for draw in range(2):
         inputs = random_inputs(graph, seed=1234 + draw)
-        for check in compare(graph, program(device="cuda", **inputs), ts.evaluate(graph, inputs)):
+        outputs = program(device="cuda", **inputs)
+        for check in compare(graph, outputs, ts.evaluate(graph, inputs)):
             assert check.ok, f"{graph.name}.{check.output}: relative L2 {check.error:.3g} > {check.tolerance:g}"
+        assert_cpu_predicts(program.kernel_program, inputs, outputs, label=graph.name)

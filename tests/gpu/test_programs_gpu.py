@@ -8,6 +8,7 @@ import pytest
 
 import tensorsmith as ts
 from graph_cases import CASES
+from kernel_launch import assert_cpu_predicts
 from tensorsmith.codegen import runtime
 from tensorsmith.model_loader import load_graph
 from tensorsmith.search.verify import compare, random_inputs
@@ -25,6 +26,7 @@ def _check_on_gpu(graph: ts.Graph, seed: int) -> None:
         outputs = program(device="cuda", **inputs)
         for check in compare(graph, outputs, ts.evaluate(graph, inputs)):
             assert check.ok, f"{graph.name}.{check.output}: relative L2 {check.error:.3g} > {check.tolerance:g}"
+        assert_cpu_predicts(program.kernel_program, inputs, outputs, label=graph.name)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -132,6 +134,24 @@ def test_nan_propagates_through_max_as_in_the_reference() -> None:
     outputs, reference = program(device="cuda", **inputs), ts.evaluate(graph, inputs)
     for name in graph.outputs:
         assert np.array_equal(np.isnan(outputs[name]), np.isnan(reference[name])), name
+    assert_cpu_predicts(program.kernel_program, inputs, outputs, label=graph.name)
+
+
+def test_float32_overflow_on_the_gpu_is_what_the_cpu_executor_predicts() -> None:
+    """log(sum(exp(x))) over float32 logits up to 150: exp overflows float32 registers on the GPU (inf), and the
+    CPU executor, computing in float32 as the kernels do, gives the same inf where the float64 reference does not;
+    the stable form (max subtracted) is finite on both."""
+    graph = ts.Graph("log_sum_exp")
+    x = graph.input("x", (64, 512), "float32")
+    graph.output("naive", x.exp().sum(axis=1).log())
+    row_max = x.max(axis=1)
+    graph.output("stable", (x - row_max[:, None]).exp().sum(axis=1).log() + row_max)
+    program = ts.compile(graph, profile=False, seed=0)
+    inputs = {"x": np.random.default_rng(5).uniform(-150, 150, (64, 512)).astype(np.float32)}
+    outputs, reference = program(device="cuda", **inputs), ts.evaluate(graph, inputs)
+    assert np.isfinite(reference["naive"]).all() and np.isinf(outputs["naive"]).all()
+    assert np.isfinite(outputs["stable"]).all()
+    assert_cpu_predicts(program.kernel_program, inputs, outputs, label=graph.name)
 
 
 def test_a_second_compile_reuses_the_kernel_times_the_first_measured(tmp_path: Path) -> None:
