@@ -41,6 +41,9 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
                              " timing, and each algebraic form's best program measured (at most four); the exact"
                              " check runs only in what is left")
     parser.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same program")
+    parser.add_argument("--inputs", metavar="FILE.npz",
+                        help="example inputs (one array per input, at the scale the program will see): every"
+                             " candidate is tested on them first, then on random ones")
     parser.add_argument("--no-profile", action="store_true", help="do not time kernels even where a GPU is present")
     parser.add_argument("--no-rewrites", action="store_true",
                         help="compile the graph as written: no e-graph, only its kernels and schedules searched")
@@ -161,9 +164,11 @@ def run_compile(args: argparse.Namespace) -> int:
     if not args.quiet and not args.no_profile and not gpu_available():
         print("note: no GPU found: kernels are ranked by the cost model and compiled to cubin, not timed",
               file=sys.stderr)
+    examples = _read_inputs(args.inputs) if args.inputs else None
     program = compile(graph, target=args.target, budget_s=args.budget, seed=args.seed,
                       profile=False if args.no_profile else None, progress=progress,
-                      cache=not args.no_cache, cache_dir=args.cache_dir, rewrites=not args.no_rewrites)
+                      cache=not args.no_cache, cache_dir=args.cache_dir, rewrites=not args.no_rewrites,
+                      example_inputs=examples)
     progress.done()
     folder = program.save(output, force=args.force)
     if not args.quiet:
@@ -216,6 +221,16 @@ def run_rewrites(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_inputs(path: str) -> dict:
+    """The arrays of an .npz file by name, or one InputError saying why it cannot be read."""
+    import numpy as np
+    try:
+        with np.load(path) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, TypeError) as err:   # missing, unreadable, or not an .npz (a .npy: one array)
+        raise InputError(f"--inputs {path}: cannot read it as an .npz of arrays ({err})") from None
+
+
 def run_program(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -224,14 +239,7 @@ def run_program(args: argparse.Namespace) -> int:
 
     from .program import load
     program = load(args.folder)
-    if args.inputs:
-        try:
-            with np.load(args.inputs) as data:
-                inputs = {name: data[name] for name in data.files}
-        except (OSError, ValueError) as err:   # missing, unreadable, or not an .npz
-            raise InputError(f"--inputs {args.inputs}: cannot read it as an .npz of arrays ({err})") from None
-    else:
-        inputs = random_inputs(program.graph, args.seed)
+    inputs = _read_inputs(args.inputs) if args.inputs else random_inputs(program.graph, args.seed)
     outputs = program(device=args.device, **inputs)
     for name, value in outputs.items():
         print(f"{name}: shape {tuple(value.shape)} {value.dtype}, mean {float(np.mean(value)):.6g}")

@@ -91,7 +91,8 @@ def round_to_register(values: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype == DType.BFLOAT16:
         return bfloat16_to_float(float_to_bfloat16(values))
     if dtype.is_float:
-        return np.asarray(values).astype(numpy_dtype(dtype), copy=False).astype(np.float32, copy=False)
+        with np.errstate(over="ignore"):   # a value past float16's range is inf, as the GPU stores it
+            return np.asarray(values).astype(numpy_dtype(dtype), copy=False).astype(np.float32, copy=False)
     return np.asarray(values).astype(numpy_dtype(dtype), copy=False)
 
 

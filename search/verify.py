@@ -1,6 +1,7 @@
 """Random testing: a candidate counts only once it matches the reference interpreter on fresh inputs."""
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from tensorsmith.ir.patterns import match_matmul
 from tensorsmith.ir.dtypes import DType, round_to_host
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.interpreter import check_inputs, evaluate
+from tensorsmith.ir.interpreter import check_inputs, evaluate, to_numpy
 from tensorsmith.ir.kernel_program import KernelProgram
 from tensorsmith.ir.node import Node, toposort
 
@@ -34,6 +35,11 @@ class NoiseOnlyError(VerificationError):
     def __init__(self, message: str, checks: list[Check]):
         super().__init__(message)
         self.checks = checks   # the last draw's, within the noise allowance
+
+
+class InconclusiveError(NoiseOnlyError):
+    """On every draw made, some value of the graph overflowed its dtype where the float64 reference did not: the
+    graph as written gives inf there, so no float comparison judges the candidate; the exact check may."""
 
 
 class TooLargeToVerify(TensorsmithError, ValueError):
@@ -87,6 +93,7 @@ class Check:
     output: str
     error: float
     tolerance: float
+    inconclusive: bool = False   # the graph at its own dtypes overflows on this draw where the reference does not
 
     @property
     def ok(self) -> bool:
@@ -162,14 +169,21 @@ def compare(graph: Graph, outputs: Mapping[str, np.ndarray], reference: Mapping[
             inputs: Mapping[str, np.ndarray] | None = None, max_allowance: float = math.inf) -> list[Check]:
     """Each output's error against the reference, with the tolerance of its dtype. Given the `inputs`, an output that
     fails it may instead lie within ROUNDING_NOISE times what the graph's own rounding moves it (`rounding_noise`), at
-    most `max_allowance` unless the output is all noise (`_allowance`)."""
+    most `max_allowance` unless the output is all noise (`_allowance`); one that fails where the graph at its own
+    dtypes overflows (its noise is NaN) is marked inconclusive: that draw cannot judge it."""
     checks = [Check(name, relative_l2(outputs[name], reference[name]), tolerance(node))
               for name, node in graph.outputs.items()]
     if inputs is None or all(check.ok for check in checks):
         return checks
     noise = rounding_noise(graph, inputs, reference)
-    return [Check(c.output, c.error, max(c.tolerance, _allowance(noise[c.output], max_allowance)))
-            if not c.ok and np.isfinite(noise[c.output]) else c for c in checks]
+    return [c if c.ok else _judged(c, noise[c.output], max_allowance) for c in checks]
+
+
+def _judged(check: Check, noise: float, max_allowance: float) -> Check:
+    """A failed check given the graph's own rounding noise on its draw: allowed that noise, or inconclusive."""
+    if not np.isfinite(noise):
+        return Check(check.output, check.error, check.tolerance, inconclusive=True)
+    return Check(check.output, check.error, max(check.tolerance, _allowance(noise, max_allowance)))
 
 
 def _allowance(noise: float, max_allowance: float) -> float:
@@ -205,6 +219,9 @@ LARGE_MAGNITUDE = 80.0   # softmax and log-sum-exp inputs up to +-80: exp overfl
 Draw = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]   # inputs, and the reference's outputs on them
 
 
+MAX_SKIPPED = 2          # inconclusive draws made up for by as many more, at most
+
+
 LARGE_DRAW = -1          # the memo's key of the large-magnitude draw (drawn with seed + LARGE_SEED_OFFSET)
 LARGE_SEED_OFFSET = 1000
 
@@ -214,6 +231,8 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
                    max_draws: int | None = None) -> list[Check]:
     """Execute the KernelProgram in numpy on `draws` fresh input sets (more, up to `max_draws`, while none has met
     the dtypes' own tolerances); raise VerificationError on a mismatch, else return the last of those draws' checks.
+    A draw on which the graph overflows its own dtypes is inconclusive and made up for by another (MAX_SKIPPED at
+    most); InconclusiveError where no draw was conclusive.
 
     With `large`, a softmax-like graph (a max reduction and an exponential) also gets a draw uniform in
     +-LARGE_MAGNITUDE, where its dtypes allow it (`large_draw` returns None where they do not).
@@ -223,17 +242,26 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
     limit = max(draws, max_draws or draws)
     checks: list[Check] = []
     strict = False   # some draw met the dtypes' own tolerances, not only an allowance for rounding noise
-    draw = 0
-    while draw < limit and (draw < draws or not strict):
+    draw = skipped = 0   # skipped: inconclusive draws (the graph overflows its dtypes), made up for by more draws
+    while draw < limit + min(skipped, MAX_SKIPPED) and (draw - skipped < draws or not strict):
         found = reference_draw(graph, seed, draw, memo=memo)
         assert found is not None   # an ordinary draw always exists
-        checks = _checked(graph, program, found, seed + draw)
-        strict = strict or all(c.error <= tolerance(graph.outputs[c.output]) for c in checks)
+        compared = _checked(graph, program, found, seed + draw)
         draw += 1
+        if any(c.inconclusive for c in compared):
+            skipped += 1
+            continue
+        checks = compared
+        strict = strict or all(c.error <= tolerance(graph.outputs[c.output]) for c in checks)
     found = reference_draw(graph, seed, LARGE_DRAW, memo=memo) if large else None
     if found is not None:
         _checked(graph, program, found, seed + LARGE_SEED_OFFSET)     # its checks are not the ones returned
-    if checks and not strict:
+    if not checks:
+        raise InconclusiveError(f"graph {graph.name!r} overflows its own dtypes on every random draw made ({draw},"
+                                f" seeds from {seed}) where the float64 reference does not: the graph as written"
+                                f" gives inf there, so random tests cannot judge its program (pass example inputs"
+                                f" at the scale it is used at)", [])
+    if not strict:
         raise NoiseOnlyError(f"kernel program for graph {graph.name!r} matched the reference only within the"
                              f" graph's own rounding noise on every draw (seeds from {seed}); nothing shows it"
                              f" right", checks)
@@ -241,10 +269,11 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
 
 
 def _checked(graph: Graph, program: KernelProgram, draw: Draw, seed: int) -> list[Check]:
-    """The program's outputs on one draw compared with the reference's; VerificationError where one disagrees."""
+    """The program's outputs on one draw compared with the reference's; VerificationError where one disagrees on a
+    draw that can judge it (not `inconclusive`)."""
     inputs, reference = draw
     compared = compare(graph, program.execute(inputs), reference, inputs)
-    failed = [c for c in compared if not c.ok]
+    failed = [c for c in compared if not c.ok and not c.inconclusive]
     if failed:
         worst = failed[0]
         raise VerificationError(f"kernel program for graph {graph.name!r} disagrees with the reference on"
@@ -264,6 +293,29 @@ def reference_draw(graph: Graph, seed: int, draw: int,
     if memo is not None and (found is None or _nbytes(found) <= MEMO_BYTES):
         memo[draw] = found
     return found
+
+
+def example_draw(graph: Graph, inputs: Mapping[str, object]) -> Draw:
+    """The user's example inputs as a draw (rounded to the inputs' dtypes as random ones are) and the reference's
+    outputs on them: what verification tests first, at the scale the program is used at. InputError where a name,
+    shape or dtype does not fit the graph."""
+    arrays = check_inputs(graph, inputs)
+    held = {name: round_to_host(arrays[name].astype(np.float32), node.dtype) if node.dtype.is_float else arrays[name]
+            for name, node in graph.inputs.items()}
+    return held, evaluate(graph, held)
+
+
+def example_digest(inputs: Mapping[str, object] | None) -> str | None:
+    """A short hash of example inputs' names, shapes and values (None for none): part of a compile's cache key, so
+    that a program is taken from the cache only where it was verified on the same examples."""
+    if inputs is None:
+        return None
+    digest = hashlib.sha256()
+    for name in sorted(inputs):
+        array = np.ascontiguousarray(np.asarray(to_numpy(inputs[name])))
+        digest.update(f"{name}:{array.shape}:{array.dtype};".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _ordinary_draw(graph: Graph, seed: int) -> Draw:

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tensorsmith.cli import compile_main, main
@@ -305,3 +306,30 @@ def test_a_program_called_with_an_unnamed_array_says_to_name_it() -> None:
     with pytest.raises(ts.InputError, match=r"takes its inputs by name: prog\(x=\.\.\.\)"):
         program(np.ones(4, np.float32))
     assert (program(x=np.ones(4, np.float32), device="cpu")["y"] == 2).all()
+
+
+EXAMPLE_MODEL = "import tensorsmith as ts\ng = ts.Graph('scaled_exp')\ng.output('y', (g.input('x', (64,), 'float16') * 30).exp())\n"
+
+
+def test_compile_tests_the_program_on_the_inputs_given(tmp_path: Path) -> None:
+    """exp(30 x) overflows float16 on every random draw; on the examples given the float checks judge it."""
+    model = _write_model(tmp_path, EXAMPLE_MODEL)
+    np.savez(tmp_path / "x.npz", x=np.linspace(-0.3, 0.3, 64).astype(np.float16))
+    out = tmp_path / "out"
+    assert main(["compile", str(model), "-o", str(out), "--no-profile", "-q", "--no-cache",
+                 "--inputs", str(tmp_path / "x.npz"), "--budget", "2"]) == 0
+    report = json.loads((out / "program.json").read_text())["report"]
+    assert report["tested_on"].startswith("the example inputs") and report["checks"]
+
+
+@pytest.mark.parametrize("bad", ["missing.npz", "one_array.npy", "wrong_name.npz"])
+def test_unreadable_or_unfitting_example_inputs_give_one_line_exit_2(bad: str, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    model = _write_model(tmp_path, EXAMPLE_MODEL)
+    np.save(tmp_path / "one_array.npy", np.zeros(64, np.float16))
+    np.savez(tmp_path / "wrong_name.npz", z=np.zeros(64, np.float16))
+    out = tmp_path / "out"
+    assert main(["compile", str(model), "-o", str(out), "--no-profile", "--inputs", str(tmp_path / bad)]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[")]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and ("--inputs" in lines[0] or "'z'" in lines[0])
+    assert not out.exists()

@@ -9,8 +9,9 @@ import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.ir.dtypes import bfloat16_to_float, float_to_bfloat16
 from tensorsmith.search.partition import partition
-from tensorsmith.search.verify import (LARGE_DRAW, ROUNDING_NOISE, VerificationError, compare, random_inputs,
-                                       reference_draw, relative_l2, rounding_noise, verify_program)
+from tensorsmith.search.verify import (LARGE_DRAW, ROUNDING_NOISE, InconclusiveError, VerificationError, compare,
+                                       example_draw, random_inputs, reference_draw, relative_l2, rounding_noise,
+                                       verify_program)
 
 
 def test_inputs_are_rounded_to_their_dtype_and_never_zero() -> None:
@@ -167,3 +168,61 @@ def test_an_output_that_is_all_rounding_noise_is_not_held_to_the_gpu_checks_cap(
     outputs = partition(g).execute(inputs)
     assert rounding_noise(g, inputs, reference)["m"] >= 1.0
     assert all(c.ok for c in compare(g, outputs, reference, inputs, max_allowance=0.1))
+
+
+def _overflowing(scale: float) -> ts.Graph:
+    """exp(scale * x) in float16: past exp(11.1) the output overflows float16 where the float64 reference does not."""
+    g = ts.Graph(f"exp_{scale:g}x")
+    g.output("y", (g.input("x", (64,), "float16") * scale).exp())
+    return g
+
+
+def test_a_draw_on_which_the_graph_overflows_its_own_dtypes_is_inconclusive_not_a_failure() -> None:
+    """Standard normal x puts exp(30 x) past float16 on every draw: the graph as written gives inf, so the right
+    program's inf is no evidence either way; verification says so (InconclusiveError) rather than rejecting it."""
+    graph = _overflowing(30.0)
+    with pytest.raises(InconclusiveError, match="overflows its own dtypes on every random draw"):
+        verify_program(graph, partition(graph), seed=0)
+
+
+def test_an_inconclusive_draw_is_made_up_for_by_another_that_still_catches_a_wrong_program() -> None:
+    graph = _overflowing(2.0)
+    memo = {0: example_draw(graph, {"x": np.full(64, 6.0, np.float16)})}   # exp(12) > 65504: inconclusive
+    checks = verify_program(graph, partition(graph), seed=0, draws=1, memo=memo)
+    assert len(memo) == 2 and checks[0].ok and not checks[0].inconclusive   # judged on draw 1
+    wrong = ts.Graph(graph.name)
+    wrong.output("y", (wrong.input("x", (64,), "float16") * 2.2).exp())
+    with pytest.raises(VerificationError, match="disagrees"):
+        verify_program(graph, partition(wrong), seed=0, draws=1, memo=memo)
+
+
+def test_example_inputs_are_the_first_draw_every_candidate_is_tested_on() -> None:
+    """On random draws exp(30 x) overflows float16 and only the exact check can show its program right (no float
+    checks in the report); on the user's examples, at the scale it is used at, the float checks judge it."""
+    graph = _overflowing(30.0)
+    examples = {"x": np.random.default_rng(3).uniform(-0.3, 0.3, 64).astype(np.float16)}
+    unaided = ts.compile(graph, profile=False, cache=False, budget_s=2)
+    assert unaided.report["checks"] == [] and unaided.report["exact"]["draws"] >= 1
+    assert "overflows its own dtypes" in unaided.report["left_out"]["random tests"]
+    guided = ts.compile(graph, profile=False, cache=False, budget_s=2, example_inputs=examples)
+    assert guided.report["checks"] and all(c["relative_l2"] <= c["tolerance"] for c in guided.report["checks"])
+    assert guided.report["tested_on"].startswith("the example inputs")
+
+
+def test_example_inputs_of_the_wrong_shape_are_named_before_the_search() -> None:
+    graph = _overflowing(1.0)
+    with pytest.raises(ts.InputError, match=r"input 'x' of graph 'exp_1x': expected shape \(64,\)"):
+        ts.compile(graph, profile=False, cache=False, example_inputs={"x": np.zeros(3, np.float16)})
+
+
+def test_a_program_verified_on_other_examples_is_not_taken_from_the_cache(tmp_path) -> None:
+    graph = _overflowing(1.0)
+    first = {"x": np.linspace(-1, 1, 64).astype(np.float16)}
+    ts.compile(graph, profile=False, cache_dir=tmp_path, budget_s=1, example_inputs=first, progress=False)
+    stages: list[object] = []
+    ts.compile(graph, profile=False, cache_dir=tmp_path, budget_s=1, example_inputs=first, progress=stages.append)
+    assert stages == ["cache"]
+    stages.clear()
+    ts.compile(graph, profile=False, cache_dir=tmp_path, budget_s=1, progress=stages.append,
+               example_inputs={"x": np.linspace(-2, 2, 64).astype(np.float16)})
+    assert "cache" not in stages and "search" in stages
