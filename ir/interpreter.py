@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from .dtypes import DType, round_to, round_to_register
+from .dtypes import DType, round_to_register
 from .errors import InputError
 from .graph import Graph
 from .node import Node, toposort
@@ -98,12 +98,14 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
     materialising its (..., M, K, N) product: the same float64 value, without the M*K*N memory.
     With `roots_only` the caller reads the roots' values alone, so an elementwise op may compute into the
     array of a source that nothing else reads (large graphs then allocate, and fault in, far less memory);
-    the other values are then not to be read. With `rounded`, every float value an op computes is rounded to
-    its node's dtype, as memory of that dtype would hold it: the graph evaluated at its own precision. With
-    `registers`, floats are float32 as a kernel's registers hold them (float `leaves` must be float32 arrays):
-    constants are float32, a cast between floats changes nothing, and a matrix product's float16 or bfloat16
-    operands are rounded to their dtype, as the tensor cores take them; overflow gives inf as on the GPU.
+    the other values are then not to be read. With `registers`, floats are float32 as a kernel's registers hold
+    them: constants are float32, a cast between floats changes nothing, and a matrix product's float16 or bfloat16
+    operands are rounded to their dtype, as the tensor cores take them; overflow gives inf as on the GPU. With
+    `rounded`, as `registers` but every float value an op computes is also rounded to its node's dtype, as memory
+    of that dtype would hold it: the graph at its own precision, as a program of one kernel per op computes it
+    (float32 sums and products accumulate their rounding as the GPU's do).
     """
+    registers = registers or rounded
     roots = list(roots)
     order = toposort(roots)
     matmuls = {id(n): m for n in order if (m := match_matmul(n)) is not None}
@@ -116,7 +118,8 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
             if id(node) not in needed:
                 continue
             if node.op == Op.INPUT:
-                values[id(node)] = leaves[node.arg]
+                leaf = leaves[node.arg]
+                values[id(node)] = leaf.astype(np.float32) if registers and leaf.dtype == np.float64 else leaf
             elif registers and node.op == Op.CONSTANT and node.dtype.is_float:
                 values[id(node)] = np.broadcast_to(np.float32(node.arg), node.shape)
             elif id(node) in matmuls:
@@ -141,7 +144,7 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
             else:   # numpy gives a scalar, not a 0-d array, for a rank-0 result: keep arrays, `out=` needs them
                 values[id(node)] = np.asarray(SEMANTICS[node.op](node, *(values[id(s)] for s in node.srcs)))
             if rounded and node.dtype.is_float and node.op not in VIEWS and node.op != Op.INPUT:
-                values[id(node)] = round_to(values[id(node)], node.dtype)
+                values[id(node)] = round_to_register(values[id(node)], node.dtype)
             elif registers and node.dtype.is_float and values[id(node)].dtype != np.float32:   # ints cast to floats
                 values[id(node)] = values[id(node)].astype(np.float32)
     return values

@@ -52,9 +52,10 @@ def run_rendered(program: KernelProgram, kernels: Sequence[RenderedKernel],
 
 
 # How far the CPU executor's outputs may lie from the GPU's (relative L2): float32 registers on both sides, summed in
-# another order, a few units in the last place of the stored dtype (attention's probabilities, which the GPU rounds
-# to float16 or bfloat16 before their product with V, are the largest share).
-AGREEMENT = {DType.FLOAT32: 1e-5, DType.FLOAT16: 2e-3, DType.BFLOAT16: 1.6e-2, DType.INT32: 0.0, DType.BOOL: 0.0}
+# another order, a few units in the last place of the least precise float the program stores. That dtype, not the
+# output's: attention rounds its probabilities to V's dtype for the tensor cores however the graph types them (in
+# examples/attention.py float32 probabilities times float16 V: 1.3e-4 on the H200), which the executor does not.
+AGREEMENT = {DType.FLOAT32: 1e-5, DType.FLOAT16: 1e-3, DType.BFLOAT16: 8e-3, DType.INT32: 0.0, DType.BOOL: 0.0}
 
 
 def assert_cpu_predicts(program: KernelProgram, inputs: Mapping[str, np.ndarray],
@@ -62,8 +63,10 @@ def assert_cpu_predicts(program: KernelProgram, inputs: Mapping[str, np.ndarray]
     """The CPU executor (`KernelProgram.execute`) gives what the GPU gave: inf and nan in the same places, the rest
     within AGREEMENT. With TS_AGREEMENT_LOG set, each output's figure is appended to that file."""
     predicted = program.execute(inputs)
+    floats = [buf.dtype for buf in program.buffers.values() if buf.dtype.is_float]
     for out, name in program.outputs.items():
-        dtype = program.buffers[name].dtype
+        dtype = max(floats, key=AGREEMENT.__getitem__) if program.buffers[name].dtype.is_float else \
+            program.buffers[name].dtype
         cpu, gpu = np.asarray(predicted[out], np.float64), np.asarray(gpu_outputs[out], np.float64)
         same_specials = (np.array_equal(np.isnan(cpu), np.isnan(gpu))
                          and np.array_equal(np.where(np.isinf(cpu), cpu, 0), np.where(np.isinf(gpu), gpu, 0)))
@@ -72,5 +75,5 @@ def assert_cpu_predicts(program: KernelProgram, inputs: Mapping[str, np.ndarray]
         if os.environ.get("TS_AGREEMENT_LOG"):
             with open(os.environ["TS_AGREEMENT_LOG"], "a") as log:
                 log.write(f"{label or program.kernels[0].name}\t{out}\t{dtype}\t{error:.3g}\t{same_specials}\n")
-        assert same_specials, f"{out}: the CPU executor's inf/nan differ from the GPU's (unwritten elements are NaN there)"
+        assert same_specials, f"{out}: the CPU executor's inf/nan differ from the GPU's (unwritten ones are NaN there)"
         assert error <= AGREEMENT[dtype], f"{out} ({dtype}): CPU executor vs GPU relative L2 {error:.3g}"
