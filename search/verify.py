@@ -20,6 +20,8 @@ from tensorsmith.ir.interpreter import check_inputs, evaluate, to_numpy
 from tensorsmith.ir.kernel_program import KernelProgram
 from tensorsmith.ir.node import Node, toposort
 
+from .error_bound import relative_error_bounds
+
 # Relative L2 error allowed for an output stored in this dtype (METHOD.md's figures).
 TOLERANCE = {DType.FLOAT32: 1e-5, DType.FLOAT16: 1e-2, DType.BFLOAT16: 1e-2, DType.INT32: 0.0, DType.BOOL: 0.0}
 
@@ -168,29 +170,33 @@ def relative_l2(out: np.ndarray, ref: np.ndarray) -> float:
 def compare(graph: Graph, outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
             inputs: Mapping[str, np.ndarray] | None = None, max_allowance: float = math.inf) -> list[Check]:
     """Each output's error against the reference, with the tolerance of its dtype. Given the `inputs`, an output that
-    fails it may instead lie within ROUNDING_NOISE times what the graph's own rounding moves it (`rounding_noise`), at
-    most `max_allowance` unless the output is all noise (`_allowance`); one that fails where the graph at its own
-    dtypes overflows (its noise is NaN) is marked inconclusive: that draw cannot judge it."""
+    fails it may instead lie within ROUNDING_NOISE times what the graph's own rounding moves it (`rounding_noise`),
+    or within the bound on what rounding may move it (`error_bound.relative_error_bounds`), at most `max_allowance`
+    unless the output is all noise (`_allowance`); one that fails where the graph at its own dtypes overflows (its
+    noise is NaN) is marked inconclusive: that draw cannot judge it."""
     checks = [Check(name, relative_l2(outputs[name], reference[name]), tolerance(node))
               for name, node in graph.outputs.items()]
     if inputs is None or all(check.ok for check in checks):
         return checks
     noise = rounding_noise(graph, inputs, reference)
-    return [c if c.ok else _judged(c, noise[c.output], max_allowance) for c in checks]
+    bounds = relative_error_bounds(graph, inputs, reference)
+    return [c if c.ok else _judged(c, noise[c.output], bounds[c.output], max_allowance) for c in checks]
 
 
-def _judged(check: Check, noise: float, max_allowance: float) -> Check:
-    """A failed check given the graph's own rounding noise on its draw: allowed that noise, or inconclusive."""
+def _judged(check: Check, noise: float, bound: float, max_allowance: float) -> Check:
+    """A failed check given the graph's own rounding noise on its draw, and the bound on what rounding may move it
+    (error_bound.py, where finite): allowed the larger, or inconclusive where the graph overflows its dtypes."""
     if not np.isfinite(noise):
         return Check(check.output, check.error, check.tolerance, inconclusive=True)
-    return Check(check.output, check.error, max(check.tolerance, _allowance(noise, max_allowance)))
+    rounding = max(ROUNDING_NOISE * noise, bound if np.isfinite(bound) else 0.0)
+    return Check(check.output, check.error, max(check.tolerance, _allowance(rounding, max_allowance)))
 
 
-def _allowance(noise: float, max_allowance: float) -> float:
-    """ROUNDING_NOISE times the noise, at most `max_allowance`, except for an output that is all noise (the graph at
-    its own precision lies 100% or more from the float64 reference, as a mean of normalised values does): no float
-    comparison can judge it, so it is allowed its noise, and the exact check is what shows its program right."""
-    return ROUNDING_NOISE * noise if noise >= 1.0 else min(ROUNDING_NOISE * noise, max_allowance)
+def _allowance(rounding: float, max_allowance: float) -> float:
+    """What rounding may move the output, at most `max_allowance`, except for an output that is all noise (rounding
+    may move it 100% or more from the float64 reference, as a mean of normalised values): no float comparison can
+    judge it, so it is allowed that, and the exact check is what shows its program right."""
+    return rounding if rounding >= 1.0 else min(rounding, max_allowance)
 
 
 ROUNDING_NOISE = 4.0   # a faithful program rounds elsewhere than the graph evaluated at its own precision does: a few

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuzz_graphs import STEPS, check, error, random_graph
 
 from tensorsmith.search.partition import partition
-from tensorsmith.search.verify import VerificationError, verify_program
+from tensorsmith.search.verify import verify_program
 
 CI_GRAPHS = 300
 
@@ -48,13 +47,12 @@ def test_the_generator_reaches_every_operation_rank_and_dtype() -> None:
     assert len(STEPS) == 12
 
 
-@pytest.mark.xfail(strict=True, raises=VerificationError,
-                   reason="issue 17: verification allows a program 4x the graph's own rounding noise, and a correct"
-                          " bfloat16 program of a cancelling sum lies 8x from the float64 reference on draw 0")
 def test_seed_7174_a_right_bfloat16_program_passes_verification() -> None:
-    """The one rejection of the 10,000-graph run at 11040a9, kept: the unfused program of the graph as written
-    matches the independent numpy evaluation (error 0.003 against 0.06), yet random testing refuses it on draw 0
-    (out0, about 0.3 from a cancelling bfloat16 sum: error 0.060 where the allowance is 4 x 0.0074)."""
+    """The one rejection of the 10,000-graph run at 11040a9: the unfused program of the graph as written matches the
+    independent numpy evaluation (error 0.003 against 0.06), yet random testing refused it on draw 0 (out0, about
+    0.3 from a cancelling bfloat16 sum: error 0.060 where four times the graph's measured rounding noise allowed
+    0.029). The bound on what rounding may move it (search/error_bound.py: 0.89 there) allows it; draw 1 meets the
+    plain tolerance."""
     fuzzed = random_graph(7174, 6)
     program = partition(fuzzed.graph)
     outputs = program.execute(fuzzed.inputs)
