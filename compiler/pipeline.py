@@ -23,7 +23,7 @@ from tensorsmith.ir.kernel_program import KernelProgram
 from tensorsmith.ir.targets import Target, get_target
 from tensorsmith.search.cost import kernel_seconds, program_seconds
 from tensorsmith.search.exact import MAX_WORK as EXACT_MAX_WORK
-from tensorsmith.search.exact import PRIME, ExactCheck, check_exact, evaluation_size
+from tensorsmith.search.exact import PRIME, ExactCheck, check_exact, evaluation_size, relative_cost
 from tensorsmith.search.kernel_times import KERNEL_TIMES_FILE, KernelTimes
 from tensorsmith.search.partition import unfused
 from tensorsmith.search.verify import (Check, Draw, VerificationError, check_verifiable, compare, example_digest,
@@ -190,7 +190,6 @@ def _gpu_draw(c: Compilation) -> Draw:
 
 
 EXACT_DRAWS = 2
-EXACT_SIDE_PER_REFERENCE = 1.5   # one side of one exact draw takes about this many float64 reference evaluations
 EXACT_ALWAYS_S = 1.0             # exact draws expected to take less than this each run even past the budget
 
 
@@ -200,10 +199,10 @@ def _verify(c: Compilation) -> None:
     search made of its winner, on the same draws, else (a program given, not searched) made here.
 
     The exact check makes as many of its EXACT_DRAWS as are expected to fit in what is left of the budget (all of
-    them where one is expected to take under EXACT_ALWAYS_S), each timed as 2 * EXACT_SIDE_PER_REFERENCE reference
+    them where one is expected to take under EXACT_ALWAYS_S), each timed as 2 * exact.relative_cost reference
     evaluations (`reference_s`); the report says what it left out."""
     chosen = c.chosen_graph() if c.chosen is not None else c.graph
-    draw_s = 2 * EXACT_SIDE_PER_REFERENCE * (c.reference_s or 0.0)
+    draw_s = 2 * relative_cost(chosen) * (c.reference_s or 0.0)
     left = c.deadline - time.monotonic()
     draws = EXACT_DRAWS if draw_s <= EXACT_ALWAYS_S else min(EXACT_DRAWS, max(0, int(left // draw_s)))
     if evaluation_size(chosen) > EXACT_MAX_WORK:

@@ -4,6 +4,7 @@ are each caught, one of them a bug the float check passes."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -17,9 +18,10 @@ from tensorsmith.ir.kernel_program import Kernel, KernelProgram
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.targets import get_target
-from tensorsmith.search.exact import PRIME, ExactMismatch, check_exact, draw_inputs, evaluate_exact, execute_exact
+from tensorsmith.search.exact import (PRIME, ExactMismatch, check_exact, draw_inputs, evaluate_exact, execute_exact,
+                                      relative_cost)
 from tensorsmith.search.partition import unfused
-from tensorsmith.search.verify import verify_program
+from tensorsmith.search.verify import random_inputs, verify_program
 
 
 def _planted(program: KernelProgram, hit: Callable[[Node], bool], replace: Callable[[Node], Node]) -> KernelProgram:
@@ -119,3 +121,29 @@ def test_a_product_whose_operand_is_broadcast_over_rows_and_read_twice() -> None
     graph = _graph("broadcast_rows", build)
     assert all(c.ok for c in check_exact(graph, unfused(graph), seed=2))
     assert evaluate_exact(graph, draw_inputs(graph, 2), 2)["y"].shape == (4, 8)
+
+
+def _one_hot_pick(tokens: int = 64, vocab: int = 4000) -> ts.Graph:
+    """A cross-entropy's pick of each row's target: comparisons over (tokens, vocab), cheap in floats only."""
+    g = ts.Graph("pick")
+    logits, target = g.input("logits", (tokens, vocab), "float32"), g.input("target", (tokens, 1), "int32")
+    hot = (ts.iota((tokens, vocab), axis=1) == target).cast("float32")
+    g.output("picked", (logits * hot).sum(axis=1))
+    return g
+
+
+def test_the_exact_checks_cost_is_estimated_from_its_ops_not_as_one_reference() -> None:
+    """A one-hot pick's comparisons cost tens of float evaluations over the field; a matrix product about one. The
+    estimate is within 4x of the time measured (both sides timed in the same conditions)."""
+    pick, product = _one_hot_pick(), ts.Graph("product")
+    product.output("y", product.input("x", (256, 1024), "float32") @ product.input("w", (1024, 1024), "float32"))
+    assert relative_cost(pick) > 10 > 2 > relative_cost(product)
+    inputs = random_inputs(pick, 0)
+    began = time.perf_counter()
+    ts.evaluate(pick, inputs)
+    reference_s = time.perf_counter() - began
+    residues = draw_inputs(pick, 0)
+    began = time.perf_counter()
+    evaluate_exact(pick, residues, 0)
+    exact_s = time.perf_counter() - began
+    assert relative_cost(pick) / 4 < exact_s / reference_s < 4 * relative_cost(pick)
