@@ -7,6 +7,8 @@ width of the floats it is given.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -17,6 +19,8 @@ from .graph import Graph
 from .node import Node, toposort
 from .ops import VIEWS, Op
 from .patterns import MatmulMatch, match_matmul
+from .streaming import (STREAM_ELEMENTS, Region, Stream, blocks, full_region, pad_widths, reduced_region, region_shape, region_slices,
+                        streams, view_source_region)
 
 
 def _host_dtype(dtype: DType) -> type:
@@ -89,13 +93,56 @@ IN_PLACE: dict[Op, Callable[..., np.ndarray]] = {
 }
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What evaluating `roots` computes: the nodes in order, the matrix products evaluated with np.matmul, the
+    reductions evaluated in blocks (streaming.py), and the ids of the nodes whose whole values it holds."""
+
+    order: list[Node]
+    matmuls: dict[int, MatmulMatch]
+    streamed: dict[int, Stream]
+    needed: set[int]
+
+    def sources(self, node: Node) -> list[Node]:
+        """The values `node` is computed from: a matmul's operands, a streamed reduction's frontier, else its srcs."""
+        if (match := self.matmuls.get(id(node))) is not None:
+            return [match.lhs.srcs[0], match.rhs.srcs[0]]
+        if (stream := self.streamed.get(id(node))) is not None:
+            return list(stream.frontier)
+        return list(node.srcs)
+
+
+def evaluation_plan(roots: Iterable[Node], stream: bool = True) -> Plan:
+    order = toposort(list(roots))
+    matmuls = {id(n): m for n in order if (m := match_matmul(n)) is not None}
+    plan = Plan(order, matmuls, streams(order, set(matmuls)) if stream else {}, set())
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if id(node) not in plan.needed:
+            plan.needed.add(id(node))
+            stack += plan.sources(node)
+    return plan
+
+
+def held_sizes(roots: Iterable[Node]) -> list[int]:
+    """Elements of each array evaluating `roots` holds whole (views aside), and of each streamed reduction's block
+    (its cone's arrays for one block at once): what the evaluation's memory is made of."""
+    plan = evaluation_plan(roots)
+    whole = [math.prod(n.shape) for n in plan.order
+             if id(n) in plan.needed and n.op not in VIEWS and n.op != Op.INPUT]
+    return whole + [STREAM_ELEMENTS * len(s.cone) for s in plan.streamed.values()]
+
+
 def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
                    roots_only: bool = False, rounded: bool = False,
-                   registers: bool = False) -> dict[int, np.ndarray]:
+                   registers: bool = False, stream: bool = True) -> dict[int, np.ndarray]:
     """Values of every node needed for `roots`, keyed by id(node); INPUT nodes read `leaves[name]`.
 
     A matrix product written as sum(expand(a) * expand(b)) is evaluated with np.matmul rather than by
-    materialising its (..., M, K, N) product: the same float64 value, without the M*K*N memory.
+    materialising its (..., M, K, N) product: the same float64 value, without the M*K*N memory. With `stream`,
+    another reduction over a large computed source (a broadcast) is evaluated block by block (streaming.py): the
+    same value, and the nodes of its source's cone have no value in the result unless something else needs them.
     With `roots_only` the caller reads the roots' values alone, so an elementwise op may compute into the
     array of a source that nothing else reads (large graphs then allocate, and fault in, far less memory);
     the other values are then not to be read. With `registers`, floats are float32 as a kernel's registers hold
@@ -107,47 +154,120 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
     """
     registers = registers or rounded
     roots = list(roots)
-    order = toposort(roots)
-    matmuls = {id(n): m for n in order if (m := match_matmul(n)) is not None}
-    needed = _needed(roots, matmuls)
-    readers = _readers(order, needed, matmuls, roots) if roots_only else {}
+    plan = evaluation_plan(roots, stream)
+    readers = _readers(plan, roots) if roots_only else {}
     owned: set[int] = set()   # nodes whose value is a float64 array this evaluation allocated
     values: dict[int, np.ndarray] = {}
     with np.errstate(all="ignore"):
-        for node in order:
-            if id(node) not in needed:
+        for node in plan.order:
+            if id(node) not in plan.needed:
                 continue
             if node.op == Op.INPUT:
                 leaf = leaves[node.arg]
-                values[id(node)] = leaf.astype(np.float32) if registers and leaf.dtype == np.float64 else leaf
-            elif registers and node.op == Op.CONSTANT and node.dtype.is_float:
-                values[id(node)] = np.broadcast_to(np.float32(node.arg), node.shape)
-            elif id(node) in matmuls:
-                match = matmuls[id(node)]
+                value = leaf.astype(np.float32) if registers and leaf.dtype == np.float64 else leaf
+            elif id(node) in plan.matmuls:
+                match = plan.matmuls[id(node)]
                 lhs = values[id(match.lhs.srcs[0])][..., 0]            # (..., M, K)
                 rhs = values[id(match.rhs.srcs[0])][..., 0, :, :]      # (..., K, N)
                 if registers:
                     lhs, rhs = _mma_operand(lhs, match.lhs.dtype), _mma_operand(rhs, match.rhs.dtype)
-                values[id(node)] = _kept(node, np.matmul(lhs, rhs))
+                value = _kept(node, np.matmul(lhs, rhs))
+            elif id(node) in plan.streamed:
+                value = _streamed(plan.streamed[id(node)], values, registers, rounded)
             elif roots_only and node.op in IN_PLACE and node.dtype.is_float:
                 sources = [values[id(s)] for s in node.srcs]
                 result = np.result_type(*sources)
                 spare = next((s for s in node.srcs if id(s) in owned and readers[id(s)] == 1
                               and values[id(s)].shape == node.shape and values[id(s)].dtype == result), None)
                 if spare is not None:
-                    values[id(node)] = IN_PLACE[node.op](*sources, out=values.pop(id(spare)))
+                    value = IN_PLACE[node.op](*sources, out=values.pop(id(spare)))
                     owned.discard(id(spare))
                 else:
-                    values[id(node)] = np.asarray(SEMANTICS[node.op](node, *sources))
-                if values[id(node)].dtype.kind == "f":
+                    value = np.asarray(SEMANTICS[node.op](node, *sources))
+                if value.dtype.kind == "f":
                     owned.add(id(node))
-            else:   # numpy gives a scalar, not a 0-d array, for a rank-0 result: keep arrays, `out=` needs them
-                values[id(node)] = np.asarray(SEMANTICS[node.op](node, *(values[id(s)] for s in node.srcs)))
-            if rounded and node.dtype.is_float and node.op not in VIEWS and node.op != Op.INPUT:
-                values[id(node)] = round_to_register(values[id(node)], node.dtype)
-            elif registers and node.dtype.is_float and values[id(node)].dtype != np.float32:   # ints cast to floats
-                values[id(node)] = values[id(node)].astype(np.float32)
+            else:
+                value = _computed(node, [values[id(s)] for s in node.srcs], registers)
+            values[id(node)] = _settled(node, value, registers, rounded)
     return values
+
+
+def _computed(node: Node, sources: list[np.ndarray], registers: bool) -> np.ndarray:
+    """`node`'s value from its sources' (numpy gives a scalar, not a 0-d array, for a rank-0 result: arrays are
+    kept, `out=` needs them)."""
+    if registers and node.op == Op.CONSTANT and node.dtype.is_float:
+        return np.broadcast_to(np.float32(node.arg), node.shape)
+    return np.asarray(SEMANTICS[node.op](node, *sources))
+
+
+def _settled(node: Node, value: np.ndarray, registers: bool, rounded: bool) -> np.ndarray:
+    """A computed value as the evaluation keeps it: rounded to its dtype (`rounded`), or float32 (`registers`)."""
+    if rounded and node.dtype.is_float and node.op not in VIEWS and node.op != Op.INPUT:
+        return round_to_register(value, node.dtype)
+    if registers and node.dtype.is_float and value.dtype != np.float32:   # ints cast to floats
+        return value.astype(np.float32)
+    return value
+
+
+def _streamed(stream: Stream, values: dict[int, np.ndarray], registers: bool, rounded: bool) -> np.ndarray:
+    """A reduction evaluated block by block of its source, each block computed from its cone's blocks."""
+    reduction = stream.reduction
+    out: np.ndarray | None = None
+    for block in blocks(stream):
+        part = _region_value(reduction.srcs[0], block, values, {}, registers, rounded)
+        reduced = np.asarray(SEMANTICS[reduction.op](reduction, part))
+        if out is None:
+            out = np.empty(reduction.shape, reduced.dtype)
+        out[region_slices(reduced_region(block, reduction.arg))] = reduced
+    assert out is not None
+    return out
+
+
+def _region_value(node: Node, region: Region, values: dict[int, np.ndarray], memo: dict[tuple[int, Region], Any],
+                  registers: bool, rounded: bool) -> np.ndarray:
+    """The value of `region` of `node`, a node of a streamed cone or its frontier, computed as evaluate_nodes
+    computes the whole value (memo: the block's values by node and region)."""
+    key = (id(node), region)
+    if key in memo:
+        return memo[key]
+    if id(node) in values:
+        memo[key] = np.asarray(values[id(node)])[region_slices(region)]
+        return memo[key]
+
+    def part(source: Node, where: Region) -> np.ndarray:
+        return _region_value(source, where, values, memo, registers, rounded)
+
+    shape = region_shape(region)
+    if node.op == Op.CONSTANT:
+        value = np.broadcast_to(_computed(node, [], registers), node.shape)[region_slices(region)]
+    elif node.op == Op.IOTA:
+        lo, hi = region[node.arg]
+        line = np.arange(lo, hi, dtype=np.int32).reshape([-1 if a == node.arg else 1 for a in range(node.ndim)])
+        value = np.broadcast_to(line, shape)
+    elif node.op in VIEWS:
+        value = _view_part(node, region, part)
+    else:
+        value = _computed(node, [part(s, region) for s in node.srcs], registers)
+    memo[key] = _settled(node, value, registers, rounded)
+    return memo[key]
+
+
+def _view_part(node: Node, region: Region, part: Callable[[Node, Region], np.ndarray]) -> np.ndarray:
+    """`region` of a view, from the region of its source it reads (the whole source where a reshape cannot say)."""
+    source = node.srcs[0]
+    where = view_source_region(node, region)
+    if where is None:
+        return SEMANTICS[node.op](node, part(source, full_region(source.shape)))[region_slices(region)]
+    value = part(source, where)
+    if node.op == Op.PERMUTE:
+        return np.transpose(value, node.arg)
+    if node.op == Op.EXPAND:
+        return np.broadcast_to(value, region_shape(region))
+    if node.op == Op.PAD:
+        return np.pad(value, pad_widths(node, region))
+    if node.op == Op.RESHAPE:
+        return value.reshape(region_shape(region))
+    return value   # SLICE: the source's region is the slice
 
 
 def _mma_operand(values: np.ndarray, dtype: DType) -> np.ndarray:
@@ -156,31 +276,19 @@ def _mma_operand(values: np.ndarray, dtype: DType) -> np.ndarray:
     return values if dtype == DType.FLOAT32 else round_to_register(values, dtype)
 
 
-def _readers(order: list[Node], needed: set[int], matmuls: dict[int, MatmulMatch], roots: list[Node]) -> dict[int, int]:
-    """How many reads each needed node's value gets: one per consuming node, one per root."""
-    readers = dict.fromkeys(needed, 0)
-    for node in order:
-        if id(node) in needed:
-            match = matmuls.get(id(node))
-            for source in [match.lhs.srcs[0], match.rhs.srcs[0]] if match else node.srcs:
-                readers[id(source)] += 1
+def _readers(plan: Plan, roots: list[Node]) -> dict[int, int]:
+    """How many reads each needed node's value gets: one per consuming node, one per root; a streamed reduction
+    counts as reading every node of its cone that is held whole (its blocks may be cut from it)."""
+    readers = dict.fromkeys(plan.needed, 0)
+    for node in plan.order:
+        if id(node) in plan.needed:
+            stream = plan.streamed.get(id(node))
+            for source in plan.sources(node) + (list(stream.cone) if stream else []):
+                if id(source) in readers:
+                    readers[id(source)] += 1
     for root in roots:
         readers[id(root)] += 1
     return readers
-
-
-def _needed(roots: list[Node], matmuls: dict[int, MatmulMatch]) -> set[int]:
-    """Ids of the nodes to compute: a fused matmul needs its operands' sources, not its product."""
-    wanted: set[int] = set()
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        if id(node) in wanted:
-            continue
-        wanted.add(id(node))
-        match = matmuls.get(id(node))
-        stack += [match.lhs.srcs[0], match.rhs.srcs[0]] if match else list(node.srcs)
-    return wanted
 
 
 def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.ndarray]:

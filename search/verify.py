@@ -16,7 +16,7 @@ from tensorsmith.ir.patterns import match_matmul
 from tensorsmith.ir.dtypes import DType, round_to_host
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.interpreter import check_inputs, evaluate, to_numpy
+from tensorsmith.ir.interpreter import check_inputs, evaluate, held_sizes, to_numpy
 from tensorsmith.ir.kernel_program import KernelProgram
 from tensorsmith.ir.node import Node, toposort
 
@@ -59,10 +59,10 @@ def computed_sizes(graph: Graph) -> list[int]:
 
 def verification_bytes(graph: Graph) -> int:
     """About how much memory verifying `graph` takes: each input drawn in float32 and held in float64, the largest
-    value the reference computes, each output from both sides."""
+    array the reference holds (a streamed reduction holds its blocks, not its source), each output from both sides."""
     def elements(node: Node) -> int:
         return int(np.prod(node.shape, dtype=np.int64))
-    return (12 * sum(map(elements, graph.inputs.values())) + 16 * max(computed_sizes(graph), default=0)
+    return (12 * sum(map(elements, graph.inputs.values())) + 16 * max(held_sizes(graph.outputs.values()), default=0)
             + 16 * sum(map(elements, graph.outputs.values())))
 
 
