@@ -5,7 +5,9 @@
 # Then through the device tool, carrying .whl:  bash benchmarks/h200.sh [tests|examples|memory|matmul|attention ...]
 # (no argument: all of them; about 12 minutes, so split it over two calls; BUDGET=15 shortens each example's search,
 # ONLY=gelu,softmax picks memory-bound rows; `sass` prints where the device's ptxas puts the wgmma waits, with
-# nvidia-cuda-nvdisasm's wheel downloaded into .whl)
+# nvidia-cuda-nvdisasm's wheel downloaded into .whl; `fuzz` runs benchmarks/fuzz.py over FUZZ_GRAPHS graphs (10000)
+# from seed 0 on the machine's CPUs, FUZZ_SHARDS (12) processes in the background while the steps after it run;
+# `wait` waits for them, until DEADLINE (570) seconds into the script, and prints their last counts)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 STEPS=${*:-tests examples memory matmul attention}
@@ -14,7 +16,16 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation --upgrade --
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TENSORSMITH_CACHE_DIR=/tmp/ts-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee $OUT/gpu.txt
 for step in $STEPS; do case $step in
-tests) python3 -m pytest -p no:cacheprovider -m gpu -q tests 2>&1 | tee $OUT/pytest-gpu.log | tail -4 ;;
+tests) TS_AGREEMENT_LOG=$OUT/agreement.tsv python3 -m pytest -p no:cacheprovider -m gpu -q -rfE -n 4 tests 2>&1 \
+        | tee $OUT/pytest-gpu.log | tail -12 ;;
+fuzz) shards=${FUZZ_SHARDS:-12}; graphs=${FUZZ_GRAPHS:-10000}; per=$(( (graphs + shards - 1) / shards ))
+    for i in $(seq 0 $((shards - 1))); do
+        CUDA_VISIBLE_DEVICES= python3 benchmarks/fuzz.py --graphs $per --seed $((i * per)) --every 50 \
+            > /tmp/fuzz-$i.log 2>&1 &
+    done ;;
+wait) while [ -n "$(jobs -rp)" ] && [ $SECONDS -lt ${DEADLINE:-570} ]; do sleep 5; done   # the call's 600 s
+    for log in /tmp/fuzz-*.log; do echo "== $log"; cat "$log"; done > $OUT/fuzz.log   # (few files come back)
+    for log in /tmp/fuzz-*.log; do tail -n 1 "$log"; done | tee $OUT/fuzz-summary.txt ;;
 examples) for model in examples/*.py; do
         name=$(basename "$model" .py)
         python3 -m tensorsmith.cli compile --target sm90 "$model" -o "$OUT/$name" -q --budget "${BUDGET:-60}" \
