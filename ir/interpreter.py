@@ -167,11 +167,10 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
                 value = leaf.astype(np.float32) if registers and leaf.dtype == np.float64 else leaf
             elif id(node) in plan.matmuls:
                 match = plan.matmuls[id(node)]
-                lhs = values[id(match.lhs.srcs[0])][..., 0]            # (..., M, K)
-                rhs = values[id(match.rhs.srcs[0])][..., 0, :, :]      # (..., K, N)
+                lhs, rhs = matmul_operands(match, values[id(match.lhs.srcs[0])], values[id(match.rhs.srcs[0])])
                 if registers:
                     lhs, rhs = _mma_operand(lhs, match.lhs.dtype), _mma_operand(rhs, match.rhs.dtype)
-                value = _kept(node, np.matmul(lhs, rhs))
+                value = _kept(node, np.broadcast_to(np.matmul(lhs, rhs), node.shape))
             elif id(node) in plan.streamed:
                 value = _streamed(plan.streamed[id(node)], values, registers, rounded)
             elif roots_only and node.op in IN_PLACE and node.dtype.is_float:
@@ -268,6 +267,14 @@ def _view_part(node: Node, region: Region, part: Callable[[Node, Region], np.nda
     if node.op == Op.RESHAPE:
         return value.reshape(region_shape(region))
     return value   # SLICE: the source's region is the slice
+
+
+def matmul_operands(match: MatmulMatch, lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A matrix product's operands as (..., M, K) and (..., K, N) arrays, from its expands' sources ((..., M, K, 1)
+    and (..., 1, K, N)); an axis the source broadcasts (size 1: a row, a column or K) is made whole, as a view."""
+    m, n, k = match.dims
+    lhs, rhs = lhs[..., 0], rhs[..., 0, :, :]
+    return np.broadcast_to(lhs, lhs.shape[:-2] + (m, k)), np.broadcast_to(rhs, rhs.shape[:-2] + (k, n))
 
 
 def _mma_operand(values: np.ndarray, dtype: DType) -> np.ndarray:

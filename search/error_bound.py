@@ -24,7 +24,7 @@ import numpy as np
 
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.interpreter import SEMANTICS, check_inputs, evaluate_nodes, evaluation_plan
+from tensorsmith.ir.interpreter import SEMANTICS, check_inputs, evaluate_nodes, evaluation_plan, matmul_operands
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import VIEWS, Op
 from tensorsmith.ir.patterns import match_matmul
@@ -76,9 +76,10 @@ def _bound(node: Node, values: dict[int, np.ndarray], bounds: dict[int, np.ndarr
     own = _unit(node) * value
     match = match_matmul(node)
     if match is not None:
-        a, b = values[id(match.lhs.srcs[0])][..., 0], values[id(match.rhs.srcs[0])][..., 0, :, :]
-        ea, eb = _like(bounds[id(match.lhs.srcs[0])], values[id(match.lhs.srcs[0])])[..., 0], \
-            _like(bounds[id(match.rhs.srcs[0])], values[id(match.rhs.srcs[0])])[..., 0, :, :]
+        left, right = match.lhs.srcs[0], match.rhs.srcs[0]
+        a, b = matmul_operands(match, values[id(left)], values[id(right)])
+        ea, eb = matmul_operands(match, _like(bounds[id(left)], values[id(left)]),
+                                 _like(bounds[id(right)], values[id(right)]))
         k = match.dims[2]
         magnitude = np.abs(a) @ np.abs(b)
         return np.abs(a) @ eb + ea @ np.abs(b) + ea @ eb + k * UNIT_ROUNDOFF[DType.FLOAT32] * magnitude + own
