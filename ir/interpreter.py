@@ -19,8 +19,8 @@ from .graph import Graph
 from .node import Node, toposort
 from .ops import VIEWS, Op
 from .patterns import MatmulMatch, match_matmul
-from .streaming import (STREAM_ELEMENTS, Region, Stream, blocks, full_region, pad_widths, reduced_region, region_shape, region_slices,
-                        streams, view_source_region)
+from .streaming import (STREAM_ELEMENTS, Region, Stream, blocks, full_region, pad_widths, reduced_region,
+                        region_shape, region_slices, streams, view_source_region)
 
 
 def _host_dtype(dtype: DType) -> type:
@@ -170,7 +170,8 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
                 lhs, rhs = matmul_operands(match, values[id(match.lhs.srcs[0])], values[id(match.rhs.srcs[0])])
                 if registers:
                     lhs, rhs = _mma_operand(lhs, match.lhs.dtype), _mma_operand(rhs, match.rhs.dtype)
-                value = _kept(node, np.broadcast_to(np.matmul(lhs, rhs), node.shape))
+                product = np.matmul(lhs, rhs)   # a batch both sides broadcast is made whole as a view
+                value = _kept(node, product if product.shape == node.shape else np.broadcast_to(product, node.shape))
             elif id(node) in plan.streamed:
                 value = _streamed(plan.streamed[id(node)], values, registers, rounded)
             elif roots_only and node.op in IN_PLACE and node.dtype.is_float:
@@ -211,62 +212,70 @@ def _settled(node: Node, value: np.ndarray, registers: bool, rounded: bool) -> n
 def _streamed(stream: Stream, values: dict[int, np.ndarray], registers: bool, rounded: bool) -> np.ndarray:
     """A reduction evaluated block by block of its source, each block computed from its cone's blocks."""
     reduction = stream.reduction
+    evaluator = _Blocks(values, registers, rounded)
     out: np.ndarray | None = None
     for block in blocks(stream):
-        part = _region_value(reduction.srcs[0], block, values, {}, registers, rounded)
-        reduced = np.asarray(SEMANTICS[reduction.op](reduction, part))
+        reduced = np.asarray(SEMANTICS[reduction.op](reduction, evaluator.value(reduction.srcs[0], block)))
         if out is None:
             out = np.empty(reduction.shape, reduced.dtype)
         out[region_slices(reduced_region(block, reduction.arg))] = reduced
+        evaluator.block_done()
     assert out is not None
     return out
 
 
-def _region_value(node: Node, region: Region, values: dict[int, np.ndarray], memo: dict[tuple[int, Region], Any],
-                  registers: bool, rounded: bool) -> np.ndarray:
-    """The value of `region` of `node`, a node of a streamed cone or its frontier, computed as evaluate_nodes
-    computes the whole value (memo: the block's values by node and region)."""
-    key = (id(node), region)
-    if key in memo:
-        return memo[key]
-    if id(node) in values:
-        memo[key] = np.asarray(values[id(node)])[region_slices(region)]
-        return memo[key]
+class _Blocks:
+    """Regions of the nodes of a streamed cone, computed as evaluate_nodes computes whole values: cut from a value
+    held whole (`values`), or computed from their sources' regions."""
 
-    def part(source: Node, where: Region) -> np.ndarray:
-        return _region_value(source, where, values, memo, registers, rounded)
+    def __init__(self, values: dict[int, np.ndarray], registers: bool, rounded: bool):
+        self.values, self.registers, self.rounded = values, registers, rounded
+        self.memo: dict[tuple[int, Region], np.ndarray] = {}   # this block's regions, by node and region
+        self.whole: dict[int, np.ndarray] = {}   # sources read whole (a reshape that cannot map a block), kept
 
-    shape = region_shape(region)
-    if node.op == Op.CONSTANT:
-        value = np.broadcast_to(_computed(node, [], registers), node.shape)[region_slices(region)]
-    elif node.op == Op.IOTA:
-        lo, hi = region[node.arg]
-        line = np.arange(lo, hi, dtype=np.int32).reshape([-1 if a == node.arg else 1 for a in range(node.ndim)])
-        value = np.broadcast_to(line, shape)
-    elif node.op in VIEWS:
-        value = _view_part(node, region, part)
-    else:
-        value = _computed(node, [part(s, region) for s in node.srcs], registers)
-    memo[key] = _settled(node, value, registers, rounded)
-    return memo[key]
+    def block_done(self) -> None:
+        self.memo.clear()
 
+    def value(self, node: Node, region: Region) -> np.ndarray:
+        key = (id(node), region)
+        if key not in self.memo:
+            self.memo[key] = self._computed(node, region)
+        return self.memo[key]
 
-def _view_part(node: Node, region: Region, part: Callable[[Node, Region], np.ndarray]) -> np.ndarray:
-    """`region` of a view, from the region of its source it reads (the whole source where a reshape cannot say)."""
-    source = node.srcs[0]
-    where = view_source_region(node, region)
-    if where is None:
-        return SEMANTICS[node.op](node, part(source, full_region(source.shape)))[region_slices(region)]
-    value = part(source, where)
-    if node.op == Op.PERMUTE:
-        return np.transpose(value, node.arg)
-    if node.op == Op.EXPAND:
-        return np.broadcast_to(value, region_shape(region))
-    if node.op == Op.PAD:
-        return np.pad(value, pad_widths(node, region))
-    if node.op == Op.RESHAPE:
-        return value.reshape(region_shape(region))
-    return value   # SLICE: the source's region is the slice
+    def _computed(self, node: Node, region: Region) -> np.ndarray:
+        if id(node) in self.values:
+            return np.asarray(self.values[id(node)])[region_slices(region)]
+        if node.op == Op.CONSTANT:
+            value = np.broadcast_to(_computed(node, [], self.registers), node.shape)[region_slices(region)]
+        elif node.op == Op.IOTA:
+            lo, hi = region[node.arg]
+            line = np.arange(lo, hi, dtype=np.int32).reshape([-1 if a == node.arg else 1 for a in range(node.ndim)])
+            value = np.broadcast_to(line, region_shape(region))
+        elif node.op in VIEWS:
+            value = self._view(node, region)
+        else:
+            value = _computed(node, [self.value(s, region) for s in node.srcs], self.registers)
+        return _settled(node, value, self.registers, self.rounded)
+
+    def _view(self, node: Node, region: Region) -> np.ndarray:
+        """`region` of a view, from the region of its source it reads (the whole source where a reshape cannot
+        map the block: computed once for all blocks)."""
+        source = node.srcs[0]
+        where = view_source_region(node, region)
+        if where is None:
+            if id(source) not in self.whole:
+                self.whole[id(source)] = self.value(source, full_region(source.shape))
+            return SEMANTICS[node.op](node, self.whole[id(source)])[region_slices(region)]
+        value = self.value(source, where)
+        if node.op == Op.PERMUTE:
+            return np.transpose(value, node.arg)
+        if node.op == Op.EXPAND:
+            return np.broadcast_to(value, region_shape(region))
+        if node.op == Op.PAD:
+            return np.pad(value, pad_widths(node, region))
+        if node.op == Op.RESHAPE:
+            return value.reshape(region_shape(region))
+        return value   # SLICE: the source's region is the slice
 
 
 def matmul_operands(match: MatmulMatch, lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
