@@ -1,7 +1,7 @@
 """Extraction: programs out of a saturated e-graph, the graph as written first, then others priced by their work.
 
 The first form is the graph as written, tidied (`TIDY_COSTS`, an op count: constants folded, redundant views gone,
-every contraction in the order and with the operands written). The others are priced by the time their arithmetic
+every contraction in the order and with the operands written; of terms with as many ops, the one the user wrote). The others are priced by the time their arithmetic
 takes on the target (ir/targets.py) at their shapes: an elementwise op one FP32 operation per element (a
 transcendental TRANSCENDENTAL_FLOPS), a reduction one per element it reads, a MatMul 2 m k n operations at the
 tensor cores' rate where its operands are 16-bit (else at the FP32 rate), views and leaves nothing but a
@@ -33,7 +33,7 @@ from tensorsmith.ir.node import Node
 from tensorsmith.ir.targets import Target, get_target
 from tensorsmith.ir.ops import COMMUTATIVE, LEAVES as LEAF_OPS, REDUCE, UNARY, VIEWS as VIEW_OPS, Op
 from tensorsmith.rewrites.eclasses import (OPS, EClasses, ENode, ExtractionError, build_graph, cheapest, classes_of,
-                                           read_eclasses)
+                                           enode_of, read_eclasses)
 from tensorsmith.rewrites.saturate import Saturated
 from tensorsmith.rewrites.term import LEAVES, VIEWS
 
@@ -48,6 +48,8 @@ REDUCING = frozenset({"MatMul"} | {name for name, op in OPS.items() if op in RED
 # the order and operands it was written with. Only the forms after it come from rewriting contractions.
 TIDY_COSTS: dict[str, float] = {**{op: 0.1 for op in LEAVES | VIEWS}, "Sum": 2.0, "Max": 2.0, "MatMul": math.inf,
                                 "OnlineSoftmax": math.inf}
+WRITTEN_DISCOUNT = 0.01   # of an e-node the user wrote, in the tidy extraction: of two terms with as many ops (a
+                          # product reassociated, a scale moved), the one written; far less than any op a rule saves
 MAX_FORMS = 4             # programs the search is given: the written form and up to three more
 MAX_ALTERNATIVES = 64     # one-choice alternatives built (and deduplicated) to find them
 FORMS_SECONDS = 2.0       # at most this long spent building alternatives
@@ -97,7 +99,9 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
     target = get_target(target) if isinstance(target, str) else target
     classes = read_eclasses(saturated.egraph, saturated.roots)
     cost = term_cost(classes, target)
-    tidy, priced = cheapest(classes, lambda enode: TIDY_COSTS.get(enode.op, 1.0)), cheapest(classes, cost)
+    written = written_enodes(classes, saturated.graph)
+    tidy = cheapest(classes, lambda enode: TIDY_COSTS.get(enode.op, 1.0) * (1 - WRITTEN_DISCOUNT * (enode in written)))
+    priced = cheapest(classes, cost)
     forms: list[Form] = []
     seen: set[str] = set()
     mates = originals_by_class(classes, saturated.graph)
@@ -292,6 +296,13 @@ def term_text(classes: EClasses, choice: dict[int, ENode], c: int, depth: int = 
 
 
 REWRITTEN = "(rewritten)"   # marks a node that only a rewrite made, after the line of the code it serves
+
+
+def written_enodes(classes: EClasses, graph: Graph) -> set[ENode]:
+    """The e-nodes the graph's own nodes entered the e-graph as, where it still holds them."""
+    nodes = graph.nodes()
+    found = classes_of(classes, nodes)
+    return {enode_of(node, tuple(found[id(src)] for src in node.srcs)) for node in nodes if id(node) in found}
 
 
 def originals_by_class(classes: EClasses, graph: Graph) -> dict[int, Node]:

@@ -12,8 +12,9 @@ from graph_cases import CASES, deep_shared_chain
 import tensorsmith as ts
 from tensorsmith.ir.ops import Op
 from tensorsmith.rewrites import RULES, saturate
-from tensorsmith.rewrites.eclasses import read_eclasses
-from tensorsmith.search import extract
+from tensorsmith.rewrites.eclasses import classes_of, enode_of, read_eclasses
+from tensorsmith.search import extract, extract_forms
+from tensorsmith.search.extract import written_enodes
 
 
 def inputs_for(graph: ts.Graph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -149,23 +150,54 @@ def test_extracted_nodes_keep_the_users_lines_and_rewritten_ones_say_so() -> Non
 
 
 def test_a_rewritten_node_keeps_the_line_of_the_value_it_computes() -> None:
-    """The transformer example's MLP up-projection, with its norm's scale moved past the matmul by a rewrite, is
-    a contraction no line of the user's wrote: it takes the line of the value it becomes part of (the MLP's, where
-    its consumer is), not the output's (every rewritten node once said the output's line)."""
+    """In the transformer example's form with the first norm's row scale moved, the rewritten nodes take the lines of
+    the values they become part of (the Q projection's, the attention's, ...), not all the output's (every rewritten
+    node once said the output's line); in the written form the MLP's up-projection keeps its own line, unmarked."""
     from tensorsmith.search.extract import REWRITTEN
 
     path = Path(__file__).parents[2] / "examples" / "transformer_block.py"
     spec = importlib.util.spec_from_file_location("transformer_block_lines", path)
     module = importlib.util.module_from_spec(spec)   # type: ignore[arg-type]
     spec.loader.exec_module(module)                  # type: ignore[union-attr]
-    graph = module.build()
     source = path.read_text().splitlines()
     mlp = next(i for i, text in enumerate(source, 1) if "nn.gelu(" in text)
-    attention = next(i for i, text in enumerate(source, 1) if "nn.attention(" in text)
-    located = extract(saturate(graph))
-    lines = {n.where.split(" ")[0].rsplit(":", 1)[-1] for n in located.nodes() if n.op != Op.INPUT}
-    assert str(attention) in lines and str(mlp) in lines
-    up = [n for n in located.nodes() if n.op == Op.SUM and n.shape == (module.TOKENS, module.FFN)]
-    assert up and all(n.where == f"{path}:{mlp} {REWRITTEN}" for n in up), [n.where for n in up]
-    written = sum(not n.where.endswith(REWRITTEN) for n in located.nodes() if n.op != Op.INPUT)
-    assert written > 0.7 * sum(n.op != Op.INPUT for n in located.nodes())
+    projections = next(i for i, text in enumerate(source, 1) if "q, k, v =" in text)
+    forms = extract_forms(saturate(module.build()))
+    up = [n for n in forms[0].graph.nodes() if n.op == Op.SUM and n.shape == (module.TOKENS, module.FFN)]
+    assert up and all(n.where == f"{path}:{mlp}" for n in up), [n.where for n in up]
+    moved = next(form for form in forms[1:] if "wq" in form.change)
+    rewritten = {n.where for n in moved.graph.nodes() if n.where.endswith(REWRITTEN)}
+    assert f"{path}:{projections} {REWRITTEN}" in rewritten and len(rewritten) > 1, rewritten
+    written = sum(not n.where.endswith(REWRITTEN) for n in moved.graph.nodes() if n.op != Op.INPUT)
+    assert written > 0.7 * sum(n.op != Op.INPUT for n in moved.graph.nodes())
+
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def _compute_enodes_not_written(graph: ts.Graph) -> list[str]:
+    """The ops of the compute e-nodes in the written form extracted from `graph`'s e-graph that the user did not
+    write (a product reassociated, a scale moved)."""
+    saturated = saturate(graph)
+    classes = read_eclasses(saturated.egraph, saturated.roots)
+    written = written_enodes(classes, saturated.graph)
+    form = extract(saturated)
+    nodes = form.nodes()
+    found = classes_of(classes, nodes)
+    chosen = [enode_of(n, tuple(found[id(s)] for s in n.srcs)) for n in nodes if id(n) in found]
+    assert len(chosen) == len(nodes), "every node of the extracted form is an e-node of the e-graph"
+    return [e.op for e, n in zip(chosen, nodes) if n.op not in LAYOUT and e not in written]
+
+
+LAYOUT = {Op.INPUT, Op.CONSTANT, Op.IOTA, Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.PAD, Op.CONTIGUOUS}
+
+
+@pytest.mark.parametrize("name", ["transformer_block", "gelu_mlp", "attention", "layernorm"])
+def test_the_written_form_computes_what_the_user_wrote(name: str) -> None:
+    """Of terms with as many ops, the tidy extraction takes the one written: before, 15 of the transformer block's
+    73 compute nodes were reassociated products and sums (its norm weights multiplied the residual, not the
+    normalised value), and its search at a 5 s budget predicted 75.4 us against 68.0 us for the graph as written."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert _compute_enodes_not_written(module.build()) == []
