@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
+import numpy as np
 import z3
 
 from tensorsmith.codegen import attention
@@ -35,7 +36,10 @@ from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import Op, REDUCE, VIEWS
 from tensorsmith.ir.targets import Target
 
+from .abstract import Builder, Term, Terms, Z3Terms, buffer_read, coordinates
 from .cost import BASE_REGISTERS, MMA_BYTES, MMA_PAD, WARP, kernel_work
+from .exact import MAX_WORK as EXACT_MAX_WORK
+from .exact import draw_inputs, evaluate_exact, evaluation_size
 
 STATIC_SHARED_BYTES = 48 * 1024   # a block's statically declared __shared__ arrays may not exceed 48 KiB
 VECTOR_BYTES = 16
@@ -214,81 +218,133 @@ def _mentions(term: z3.ExprRef, variable: z3.ArithRef) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 # (a) abstract expressions
 
+@dataclass(frozen=True)
+class Expression:
+    """One output as a term (search/abstract.py) at the free coordinates of its shape."""
+
+    term: Term
+    shape: tuple[int, ...]
+
+
+Expressions = dict[str, Expression]
+
+
 class AbstractChecker:
-    """Abstract expressions of graphs and kernel programs, and a Z3 equivalence check between them."""
+    """Abstract expressions of graphs and kernel programs (search/abstract.py), and a Z3 equivalence check."""
 
     def __init__(self, timeout_ms: int = Z3_TIMEOUT_MS):
         self.timeout_ms = timeout_ms
-        self._functions: dict[tuple[str, int], z3.FuncDeclRef] = {}
+        self.terms = Terms()
+        self.z3_terms = Z3Terms(self.terms)
 
-    def graph_terms(self, graph: Graph) -> dict[str, z3.ExprRef]:
-        """Each output of `graph` as a term over its input symbols."""
-        terms = self._terms(list(graph.outputs.values()), lambda name: z3.Real(f"in_{name}"))
-        return {name: terms[id(node)] for name, node in graph.outputs.items()}
+    def graph_terms(self, graph: Graph) -> Expressions:
+        """Each output of `graph` as a term over its inputs' elements."""
+        builder = Builder(self.terms, lambda node, index: self.terms.read(node.arg, index))
+        return {name: Expression(builder.output(node), node.shape) for name, node in graph.outputs.items()}
 
-    def program_terms(self, program: KernelProgram) -> dict[str, z3.ExprRef]:
-        """Each output of `program`: its kernels' bodies composed through the buffers between them."""
-        memory: dict[str, z3.ExprRef] = {name: z3.Real(f"in_{name}") for name in program.inputs}
+    def program_terms(self, program: KernelProgram) -> Expressions:
+        """Each output of `program`: its kernels' bodies composed through the buffers between them, each buffer read
+        as the element its writer computes at the same row-major offset."""
+        reads: dict[str, Callable] = {}
+
+        def leaf(node: Node, index: tuple) -> Term:
+            if node.arg in reads:
+                return reads[node.arg](index)
+            return self.terms.read(node.arg, index)
+
+        builder = Builder(self.terms, leaf)
         for kernel in program.kernels:
-            terms = self._terms([node for _, node in kernel.outputs], lambda name: memory[name])
             for name, node in kernel.outputs:
-                memory[name] = terms[id(node)]
-        return {out: memory[buffer] for out, buffer in program.outputs.items()}
+                reads[name] = buffer_read(builder, node, program.buffers[name].shape)
+        return {out: Expression(reads[buffer](coordinates(program.buffers[buffer].shape)),
+                                program.buffers[buffer].shape) for out, buffer in program.outputs.items()}
 
-    def equivalent(self, reference: dict[str, z3.ExprRef], candidate: dict[str, z3.ExprRef]) -> bool | None:
-        """True if Z3 proves every output equal, False if it finds an interpretation where one differs, else None."""
-        if set(reference) != set(candidate):
+    def equivalent(self, reference: Expressions, candidate: Expressions) -> bool | None:
+        """True if every output is the same term or Z3 proves it equal, False if Z3 finds an interpretation where one
+        differs, else None (Z3 could not decide in time)."""
+        if set(reference) != set(candidate) or any(reference[n].shape != candidate[n].shape for n in reference):
             return False
-        differing = [reference[name] != candidate[name] for name in reference
-                     if not reference[name].eq(candidate[name])]
+        differing = [(reference[n].term, candidate[n].term) for n in reference
+                     if reference[n].term != candidate[n].term]
         if not differing:
-            return True          # the same term, hash-consed by Z3
+            return True
         solver = z3.Solver()
         solver.set("timeout", self.timeout_ms)
-        solver.add(z3.Or(differing))
+        solver.add(z3.Or([self.z3_terms.expr(a) != self.z3_terms.expr(b) for a, b in differing]))
+        solver.add(*self.z3_terms.ranges())
         answer = solver.check()
         if answer == z3.unsat:
             return True
         return False if answer == z3.sat else None
 
-    def _function(self, name: str, arity: int) -> z3.FuncDeclRef:
-        key = (name, arity)
-        if key not in self._functions:
-            self._functions[key] = z3.Function(name, *([z3.RealSort()] * (arity + 1)))
-        return self._functions[key]
+    def form_equivalent(self, reference: Graph, form: Graph, seed: int = 0) -> bool | None:
+        """Whether `form`, a graph rewritten from `reference` (extracted from the e-graph), computes it: False only
+        where the terms differ, the index-blind terms agree (so the difference lies in views and axes alone, not in a
+        law of the uninterpreted ops the rules may use) and the exact check over a prime field (search/exact.py,
+        which knows the order and linearity of sums) finds an element that differs; else True, or None."""
+        verdict = self.equivalent(self.graph_terms(reference), self.graph_terms(form))
+        if verdict is not False:
+            return verdict
+        if index_blind_equivalent(reference, form, self.timeout_ms) is not True:
+            return None
+        return False if exact_differs(reference, form, seed) else None
 
-    def _terms(self, roots: list[Node], leaf: Callable[[str], z3.ExprRef]) -> dict[int, z3.ExprRef]:
-        terms: dict[int, z3.ExprRef] = {}
-        for node in toposort(roots):
-            args = [terms[id(src)] for src in node.srcs]
-            terms[id(node)] = self._term(node, args, leaf)
-        return terms
 
-    def _term(self, node: Node, args: list[z3.ExprRef], leaf: Callable[[str], z3.ExprRef]) -> z3.ExprRef:
-        op = node.op
-        if op == Op.INPUT:
-            return leaf(node.arg)
-        if op == Op.CONSTANT:
-            value = float(node.arg)
-            return z3.RealVal(repr(value)) if math.isfinite(value) else z3.Real(f"const_{value}")
-        if op == Op.IOTA:
-            return z3.Real(f"iota_{node.arg}")
-        if op in VIEWS or op == Op.CONTIGUOUS:
-            return args[0]                      # index detail dropped
-        if op == Op.ADD:
-            return args[0] + args[1]
-        if op == Op.MUL:
-            return args[0] * args[1]
-        if op in REDUCE:
-            return self._function(f"{op.value}{node.srcs[0].shape[node.arg]}", 1)(args[0])
-        if op == Op.CAST:
-            return self._function(f"cast_{node.dtype.value}", 1)(args[0])
-        return self._function(op.value, len(args))(*args)
+def exact_differs(reference: Graph, form: Graph, seed: int) -> bool:
+    """Whether the two graphs differ on some element over the prime field (False where the check is too large)."""
+    if max(evaluation_size(reference), evaluation_size(form)) > EXACT_MAX_WORK:
+        return False
+    inputs = draw_inputs(reference, seed)
+    expected, actual = evaluate_exact(reference, inputs, seed), evaluate_exact(form, inputs, seed)
+    return any(not np.array_equal(expected[name], actual[name]) for name in reference.outputs)
+
+
+def index_blind_equivalent(reference: Graph, form: Graph, timeout_ms: int = Z3_TIMEOUT_MS) -> bool | None:
+    """The abstraction with index detail dropped (views the identity, a reduction an uninterpreted function named by
+    its op and length): true for graphs that differ only in views and axes."""
+    ref, other = _blind_terms(reference), _blind_terms(form)
+    if set(ref) != set(other):
+        return False
+    differing = [ref[name] != other[name] for name in ref if not ref[name].eq(other[name])]
+    if not differing:
+        return True
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    solver.add(z3.Or(differing))
+    answer = solver.check()
+    return True if answer == z3.unsat else (False if answer == z3.sat else None)
+
+
+def _blind_terms(graph: Graph) -> dict[str, z3.ExprRef]:
+    terms: dict[int, z3.ExprRef] = {}
+    for node in toposort(list(graph.outputs.values())):
+        terms[id(node)] = _blind_term(node, [terms[id(src)] for src in node.srcs])
+    return {name: terms[id(node)] for name, node in graph.outputs.items()}
+
+
+def _blind_term(node: Node, args: list[z3.ExprRef]) -> z3.ExprRef:
+    op = node.op
+    if op == Op.INPUT:
+        return z3.Real(f"in_{node.arg}")
+    if op == Op.CONSTANT:
+        value = float(node.arg)
+        return z3.RealVal(repr(value)) if math.isfinite(value) else z3.Real(f"const_{value}")
+    if op == Op.IOTA:
+        return z3.Real(f"iota_{node.arg}")
+    if op in VIEWS or op == Op.CONTIGUOUS:
+        return args[0]
+    if op == Op.ADD:
+        return args[0] + args[1]
+    if op == Op.MUL:
+        return args[0] * args[1]
+    name = f"{op.value}{node.srcs[0].shape[node.arg]}" if op in REDUCE else (
+        f"cast_{node.dtype.value}" if op == Op.CAST else op.value)
+    return z3.Function(name, *([z3.RealSort()] * (len(args) + 1)))(*args)
 
 
 def schedule_space_size(archetype: str) -> int:
     return math.prod(len(values) for values in ARCHETYPES[archetype].values())
 
 
-__all__ = ["AbstractChecker", "KernelFacts", "NotFusable", "ScheduleVerdict", "feasible_schedules", "kernel_facts",
+__all__ = ["AbstractChecker", "Expression", "KernelFacts", "NotFusable", "ScheduleVerdict", "feasible_schedules", "kernel_facts",
            "schedule_constraints", "schedule_space_size"]
