@@ -250,6 +250,7 @@ class Z3Terms:
     def __init__(self, terms: Terms):
         self.terms = terms
         self.memo: dict[Term, z3.ExprRef] = {}
+        self.blind_memo: dict[Term, z3.ExprRef] = {}
         self.functions: dict[tuple, z3.FuncDeclRef] = {}
         self.coordinates: dict[tuple, z3.ArithRef] = {}
 
@@ -257,6 +258,32 @@ class Z3Terms:
         if term not in self.memo:
             self.memo[term] = self._expr(self.terms.nodes[term])
         return self.memo[term]
+
+    def blind(self, term: Term) -> z3.ExprRef:
+        """The term with its index detail erased: a read by its input's name alone, a pad its value, a reduction an
+        uninterpreted function of its body named by op and length. Two terms whose blind forms are equal differ in
+        which elements they read and reduce over, not in the ops applied to them."""
+        if term not in self.blind_memo:
+            self.blind_memo[term] = self._blind(self.terms.nodes[term])
+        return self.blind_memo[term]
+
+    def _blind(self, node: tuple) -> z3.ExprRef:
+        kind = node[0]
+        if kind == "read":
+            return z3.Real(f"in_{node[1]}")
+        if kind == "iota":
+            return z3.Real("iota")
+        if kind == "where":
+            return self.blind(node[2])
+        if kind == "add":
+            return z3.Sum([self.blind(t) for t in node[1]])
+        if kind == "mul":
+            return z3.Product([self.blind(t) for t in node[1]])
+        if kind == "fn" and node[2]:
+            return self._function(node[1], len(node[2]))(*(self.blind(t) for t in node[2]))
+        if kind == "reduce":
+            return self._function(f"{node[1]}{node[2][2]}", 1)(self.blind(node[3]))
+        return self.expr(self.terms.make(node))   # constants
 
     def ranges(self) -> list[z3.BoolRef]:
         """0 <= c < size for every coordinate met."""

@@ -290,6 +290,8 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     cfg = config or SearchConfig(BeamConfig(seed=seed), MCTSConfig(seed=seed))
     checker, stats = AbstractChecker(), SpaceStats()
     spaces = [CandidateSpace(g, target, checker, stats, form) for form, g in enumerate([graph, *forms])]
+    for space in spaces:
+        space.check_form(reference or graph, seed)
     run = _Run(spaces, reference or graph, seed, cfg, start + budget_s, start + budget_s, measure, progress,
                draws=draws if draws is not None else {})
     run.deadline -= _verification_reserve(run, budget_s, reference_s)
@@ -387,6 +389,8 @@ NEIGHBOUR_ROOTS = 4
 
 
 def _greedy_candidate(space: CandidateSpace) -> Candidate | None:
+    if space.refuted:
+        return None
     greedy = space.greedy()
     options = [space.options(greedy, p) for p in range(len(space.program(greedy).kernels))]
     if any(not o.schedules for o in options):
