@@ -53,6 +53,7 @@ class Terms:
         self.ids: dict[tuple, Term] = {}
         self.nodes: list[tuple] = []
         self.free: list[frozenset] = []
+        self.zero, self.one = self.const(ZERO), self.const(ONE)
 
     def make(self, key: tuple, free: frozenset = frozenset()) -> Term:
         if key not in self.ids:
@@ -75,8 +76,8 @@ class Terms:
         return self._flat("add", operands, ZERO, lambda a, b: a + b)
 
     def mul(self, *operands: Term) -> Term:
-        if any(self.value_of(t) == ZERO for t in operands):
-            return self.const(ZERO)
+        if self.zero in operands:
+            return self.zero
         return self._flat("mul", operands, ONE, lambda a, b: a * b)
 
     def apply(self, name: str, *operands: Term) -> Term:
@@ -100,18 +101,20 @@ class Terms:
               combine: Callable[[Fraction, Fraction], Fraction]) -> Term:
         """An add or mul with nested ones flattened, constants folded and operands sorted."""
         flat: list[Term] = []
-        folded = unit
+        constants: list[Fraction] = []
         for term in operands:
             node = self.nodes[term]
             for part in node[1] if node[0] == kind else (term,):
-                value = self.value_of(part)
-                if value is None:
-                    flat.append(part)
+                if self.nodes[part][0] == "const":
+                    constants.append(self.nodes[part][1])
                 else:
-                    folded = combine(folded, value)
+                    flat.append(part)
+        folded = unit
+        for value in constants:
+            folded = combine(folded, value)
         if kind == "mul" and folded == ZERO:
-            return self.const(ZERO)
-        if folded != unit:
+            return self.zero
+        if constants and folded != unit:
             flat.append(self.const(folded))
         if not flat:
             return self.const(unit)
@@ -133,7 +136,7 @@ class Terms:
         parts = []
         for inside, factors in groups.items():
             scale = self.add(*factors)
-            if self.value_of(inside) == ONE:
+            if inside == self.one:
                 parts.append(self.mul(scale, self.const(Fraction(var[2]))))
             else:
                 parts.append(self.mul(scale, self._reduction("sum", var, inside)))

@@ -9,9 +9,11 @@ here; the checker hands them to Z3 as integer arithmetic, which can still show t
 """
 from __future__ import annotations
 
+import itertools
 import math
+import weakref
+from functools import lru_cache
 from collections import defaultdict
-from dataclasses import dataclass
 
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
@@ -19,12 +21,29 @@ from tensorsmith.ir.ops import Op
 Atom = tuple   # ("c", axis, size) | ("r", level, size) | ("div", Index, c) | ("mod", Index, c)
 
 
-@dataclass(frozen=True)
 class Index:
-    """An affine combination of atoms: `terms` are (atom, coefficient) pairs, sorted, no zero coefficients."""
+    """An affine combination of atoms: `terms` are (atom, coefficient) pairs, sorted, no zero coefficients.
 
-    terms: tuple[tuple[Atom, int], ...] = ()
-    const: int = 0
+    Interned (`Index.of`): equal indices are one object, so an index hashes and compares by identity, and the atoms
+    that hold it do too (hashing nested indices by value cost more than building them)."""
+
+    __slots__ = ("terms", "const", "serial", "__weakref__")
+    _interned: "weakref.WeakValueDictionary[tuple, Index]" = weakref.WeakValueDictionary()
+    _made = itertools.count()
+
+    def __init__(self, terms: tuple[tuple[Atom, int], ...], const: int, serial: int):
+        self.terms, self.const, self.serial = terms, const, serial
+
+    @classmethod
+    def of(cls, terms: tuple[tuple[Atom, int], ...] = (), const: int = 0) -> "Index":
+        key = (terms, const)
+        found = cls._interned.get(key)
+        if found is None:
+            found = cls._interned[key] = cls(terms, const, next(cls._made))
+        return found
+
+    def __repr__(self) -> str:
+        return f"Index({self.terms!r}, {self.const})"
 
     def __add__(self, other: "Index") -> "Index":
         return affine([*self.terms, *other.terms], self.const + other.const)
@@ -33,7 +52,7 @@ class Index:
         return affine([(atom, coeff * factor) for atom, coeff in self.terms], self.const * factor)
 
     def shifted(self, offset: int) -> "Index":
-        return Index(self.terms, self.const + offset)
+        return Index.of(self.terms, self.const + offset)
 
     def bounds(self) -> tuple[int, int]:
         """The least and the greatest value over the atoms' ranges."""
@@ -53,12 +72,12 @@ class Index:
 
 
 def constant(value: int) -> Index:
-    return Index((), value)
+    return Index.of((), value)
 
 
 def variable(kind: str, position: int, size: int) -> Index:
     """A coordinate ("c") or a bound variable ("r") ranging over [0, size); the only value of a size-1 range is 0."""
-    return constant(0) if size == 1 else Index((((kind, position, size), 1),))
+    return constant(0) if size == 1 else Index.of((((kind, position, size), 1),))
 
 
 def atom_bounds(atom: Atom) -> tuple[int, int]:
@@ -82,7 +101,13 @@ def affine(terms: list[tuple[Atom, int]], const: int) -> Index:
         if step and collected[atom] == step * divisor:
             del collected[atom], collected[remainder]
             return affine([*collected.items(), *((a, c * step) for a, c in inner.terms)], const + inner.const * step)
-    return Index(tuple(sorted(((a, c) for a, c in collected.items() if c), key=repr)), const)
+    return Index.of(tuple(sorted(((a, c) for a, c in collected.items() if c), key=_order)), const)
+
+
+def _order(term: tuple[Atom, int]) -> tuple:
+    """Terms sorted by atom: variables by kind, position and size, divisions by their index's serial number."""
+    atom = term[0]
+    return (atom[0], atom[1] if atom[0] in ("c", "r") else atom[1].serial, atom[2])
 
 
 def _split(index: Index, divisor: int) -> tuple[Index, Index]:
@@ -92,6 +117,7 @@ def _split(index: Index, divisor: int) -> tuple[Index, Index]:
     return affine(whole, index.const // divisor), affine(rest, index.const % divisor)
 
 
+@lru_cache(maxsize=1 << 16)
 def floordiv(index: Index, divisor: int) -> Index:
     if divisor == 1:
         return index
@@ -99,9 +125,10 @@ def floordiv(index: Index, divisor: int) -> Index:
     low, high = rest.bounds()
     if low // divisor == high // divisor:
         return whole.shifted(low // divisor)
-    return whole + Index(((("div", rest, divisor), 1),))
+    return whole + Index.of(((("div", rest, divisor), 1),))
 
 
+@lru_cache(maxsize=1 << 16)
 def remainder(index: Index, divisor: int) -> Index:
     if divisor == 1:
         return constant(0)
@@ -109,7 +136,7 @@ def remainder(index: Index, divisor: int) -> Index:
     low, high = rest.bounds()
     if low // divisor == high // divisor:
         return rest.shifted(-(low // divisor) * divisor)
-    return Index(((("mod", rest, divisor), 1),))
+    return Index.of(((("mod", rest, divisor), 1),))
 
 
 def strides(shape: tuple[int, ...]) -> list[int]:
@@ -117,6 +144,7 @@ def strides(shape: tuple[int, ...]) -> list[int]:
     return [math.prod(shape[k + 1:]) for k in range(len(shape))]
 
 
+@lru_cache(maxsize=1 << 16)
 def reshaped(index: tuple[Index, ...], shape: tuple[int, ...], source: tuple[int, ...]) -> tuple[Index, ...]:
     """The index of `source` at the same row-major offset as `index` in `shape`."""
     offset = constant(0)
