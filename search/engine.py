@@ -8,7 +8,8 @@ search/extract.py), each partitioned in a space of its own. The strategy, in ord
    otherwise; with `measure`, each form's best candidate by the model is measured before MCTS starts (the first
    form's first), since a measured candidate outranks every unmeasured one;
 3. the ranked candidates (measured time first where there is one, else the model's rank) are checked in turn:
-   Z3 abstract expression (already applied to every boundary set the search scored), then random tests
+   Z3 abstract expression (already applied to every boundary set the search scored against its form's graph, and to
+   each form once against `reference`, the user's graph: a form refuted there yields no candidates), then random tests
    (`verify_program`, with a large-magnitude draw for softmax-like graphs); the first that passes wins.
    A candidate is measured only after it has passed random testing.
 

@@ -8,11 +8,18 @@ Two checks, each counted by the search:
   the target's limits. The constraints are Z3 formulas over the schedule's parameters and the kernel's
   facts; each point of the space is substituted and simplified by Z3, so no infeasible schedule reaches
   codegen.
-- `AbstractChecker`: as in Mirage, each output of a candidate program as a term over the input symbols,
-  with the ops as uninterpreted functions (add and mul as real arithmetic, so commutativity, associativity
-  and distributivity hold) and index detail dropped (views are the identity, a reduction keeps only its
-  length). A candidate whose terms Z3 shows can differ from the reference graph's is pruned; one that Z3
-  cannot decide in time is left to random testing.
+- `AbstractChecker`: as in Mirage, each output of a candidate program as a term over the input symbols, with the
+  ops as uninterpreted functions (add and mul as real arithmetic), but keeping index detail: each element of an
+  output is a term over the elements of the inputs it reads, views composed into one index map per read and
+  reductions binding a variable at their axis (the normal form: search/abstract.py, its index maps:
+  search/index.py). So x.T + y and x + y, a sum over the wrong axis, an off-by-one slice give terms Z3 shows differ.
+  Every candidate program is checked against its form's graph: partitions of one graph give the same hash-consed
+  term, so no Z3 is needed for a right one, and a wrong construction (a buffer read through the wrong view, a
+  dropped term) is pruned. Each form is checked once against the user's graph (`form_equivalent`): since the
+  rewrite rules use laws the abstraction does not know (exp2's, the order of two sums, a folded constant's
+  rounding), a form is refuted only where the terms with index detail erased agree, Z3 shows the terms differ and
+  the exact check over a prime field agrees that they do; a check Z3 cannot decide in time is left to random
+  testing.
 """
 from __future__ import annotations
 
@@ -293,7 +300,8 @@ class AbstractChecker:
             return True
         if {n: e.shape for n, e in ref.items()} != {n: e.shape for n, e in other.items()}:
             return False
-        if self._decide([(self.z3_terms.blind(ref[n].term), self.z3_terms.blind(other[n].term)) for n in ref]) is not True:
+        blind = [(self.z3_terms.blind(ref[n].term), self.z3_terms.blind(other[n].term)) for n in ref]
+        if self._decide(blind) is not True:
             return None          # a rewrite by laws this abstraction does not know: left to random testing
         verdict = self.equivalent(ref, other)
         if verdict is not False:
