@@ -65,10 +65,6 @@ class Terms:
     def const(self, value: Fraction) -> Term:
         return self.make(("const", value))
 
-    def value_of(self, term: Term) -> Fraction | None:
-        node = self.nodes[term]
-        return node[1] if node[0] == "const" else None
-
     def read(self, name: str, index: tuple[Index, ...]) -> Term:
         return self.make(("read", name, index), _bound(index))
 
@@ -267,10 +263,11 @@ class Z3Terms:
         uninterpreted function of its body named by op and length. Two terms whose blind forms are equal differ in
         which elements they read and reduce over, not in the ops applied to them."""
         if term not in self.blind_memo:
-            self.blind_memo[term] = self._blind(self.terms.nodes[term])
+            self.blind_memo[term] = self._blind(term)
         return self.blind_memo[term]
 
-    def _blind(self, node: tuple) -> z3.ExprRef:
+    def _blind(self, term: Term) -> z3.ExprRef:
+        node = self.terms.nodes[term]
         kind = node[0]
         if kind == "read":
             return z3.Real(f"in_{node[1]}")
@@ -286,7 +283,7 @@ class Z3Terms:
             return self._function(node[1], len(node[2]))(*(self.blind(t) for t in node[2]))
         if kind == "reduce":
             return self._function(f"{node[1]}{node[2][2]}", 1)(self.blind(node[3]))
-        return self.expr(self.terms.make(node))   # constants
+        return self.expr(term)   # a constant: no index detail
 
     def ranges(self) -> list[z3.BoolRef]:
         """0 <= c < size for every coordinate met."""
