@@ -2,15 +2,20 @@
 refutes equal ones (they come out True, or None where a law it does not know is needed)."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import pytest
 
 import tensorsmith as ts
+from tensorsmith.ir import primitives as P
+from tensorsmith.ir.ops import Op
 from tensorsmith.ir.targets import get_target
 from tensorsmith.search import engine
 from tensorsmith.search.partition import partition, unfused
 from tensorsmith.search.prune import AbstractChecker
+from tensorsmith.search.space import CandidateSpace
+from tensorsmith.search.verify import VerificationError
 
 SM90 = get_target("sm90")
 SQUARE = {"x": (4, 4), "y": (4, 4)}
@@ -114,3 +119,18 @@ def test_search_prunes_a_wrong_form_and_keeps_a_right_one() -> None:
     result = engine.search_program(written, SM90, budget_s=10, seed=0, forms=[right])
     assert result.stats.pruned_expression_z3 == 0 and result.stats.expression_undecided == 0
     assert any(entry["description"].startswith("form 1") for entry in result.history)
+    with pytest.raises(VerificationError, match="every form"):   # the compiler then compiles the graph as written
+        engine.search_program(wrong, SM90, budget_s=10, seed=0, reference=written)
+
+
+def test_a_temporary_written_in_the_wrong_layout_is_pruned() -> None:
+    """A kernel that writes its matmul's result transposed into a square buffer that the next kernel reads as is."""
+    g = graph_of(lambda x, y: (x @ y).exp2() + x, SQUARE)
+    program = unfused(g)
+    position, (name, node) = next((p, k.outputs[0]) for p, k in enumerate(program.kernels)
+                                  if k.outputs[0][1].op == Op.SUM and program.buffers[k.outputs[0][0]].role == "temp")
+    wrong = dataclasses.replace(program.kernels[position], outputs=((name, P.contiguous(P.permute(node, (1, 0)))),))
+    kernels = [*program.kernels[:position], wrong, *program.kernels[position + 1:]]
+    space = CandidateSpace(g, SM90)
+    assert space.check_program(dataclasses.replace(program, kernels=kernels)) is False
+    assert space.check_program(program) is True and space.stats.pruned_expression_z3 == 1
