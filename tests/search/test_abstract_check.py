@@ -11,6 +11,7 @@ import tensorsmith as ts
 from tensorsmith.ir import primitives as P
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.targets import get_target
+from tensorsmith import search
 from tensorsmith.search import engine
 from tensorsmith.search.partition import partition, unfused
 from tensorsmith.search.prune import AbstractChecker
@@ -134,3 +135,18 @@ def test_a_temporary_written_in_the_wrong_layout_is_pruned() -> None:
     space = CandidateSpace(g, SM90)
     assert space.check_program(dataclasses.replace(program, kernels=kernels)) is False
     assert space.check_program(program) is True and space.stats.pruned_expression_z3 == 1
+
+
+def test_a_compile_prunes_a_form_from_an_unsound_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Extraction planted with a form an unsound rule would make (the matmul's operand transposed), cheapest of all:
+    the compile prunes it and compiles a right program from the other forms."""
+    shapes = {"x": (64, 64), "s": (64, 1), "w": (64, 64)}
+    written = graph_of(lambda x, s, w: (x * s) @ w, shapes, "scaled")
+    planted = graph_of(lambda x, s, w: (x.transpose(0, 1) * s) @ w, shapes, "scaled")
+    real = search.extract_forms
+    monkeypatch.setattr(search, "extract_forms", lambda saturated, target: [*real(saturated, target),
+                                                                            search.Form(planted, 0.0, "unsound")])
+    program = ts.compile(written, "sm90", budget_s=10, cache=False, progress=False, profile=False)
+    assert program.report["search"]["pruned_expression_z3"] == 1
+    assert program.report["forms"][-1]["change"] == "unsound" and not program.report["forms"][-1]["won"]
+    assert program.report["forms"][-1]["predicted_us"] is None     # its space yielded no candidates
