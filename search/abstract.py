@@ -39,10 +39,11 @@ import z3
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op, REDUCE, VIEWS
 
-from .index import Guard, Index, reshaped, variable, view_index
+from .index import Guard, Index, renamed_index, reshaped, variable, view_index
 
 Term = int
 MAX_MONOMIALS = 64   # a sum's body multiplied out beyond this many monomials is left as one factor
+MAX_COMMUTED = 3     # the longest chain of nested reductions put in a canonical order (3! orders tried)
 ZERO, ONE = Fraction(0), Fraction(1)
 
 
@@ -53,6 +54,7 @@ class Terms:
         self.ids: dict[tuple, Term] = {}
         self.nodes: list[tuple] = []
         self.free: list[frozenset] = []
+        self.binders: list[frozenset] = []   # the variables reductions inside a term bind
         self.zero, self.one = self.const(ZERO), self.const(ONE)
 
     def make(self, key: tuple, free: frozenset = frozenset()) -> Term:
@@ -60,6 +62,8 @@ class Terms:
             self.ids[key] = len(self.nodes)
             self.nodes.append(key)
             self.free.append(free)
+            own = frozenset({key[2]}) if key[0] == "reduce" else frozenset()
+            self.binders.append(own.union(*(self.binders[t] for t in _children(key))))
         return self.ids[key]
 
     def const(self, value: Fraction) -> Term:
@@ -121,9 +125,10 @@ class Terms:
 
     # ---- reductions ----------------------------------------------------------------------------------------------
     def reduce(self, op: str, var: tuple, body: Term) -> Term:
-        """A sum (linear: monomials split, factors free of `var` taken out) or a max (uninterpreted) over `var`."""
+        """A sum (linear: monomials split, factors free of `var` taken out) or a max (uninterpreted) over `var`, with
+        directly nested reductions of the same op in a canonical order (`_commuted`)."""
         if op != "sum":   # a max over copies of one value is that value
-            return body if var not in self.free[body] else self._reduction(op, var, body)
+            return body if var not in self.free[body] else self._commuted(op, self._reduction(op, var, body))
         groups: dict[Term, list[Term]] = {}
         for monomial in self._monomials(body):
             inside = [f for f in monomial if var in self.free[f]]
@@ -135,8 +140,71 @@ class Terms:
             if inside == self.one:
                 parts.append(self.mul(scale, self.const(Fraction(var[2]))))
             else:
-                parts.append(self.mul(scale, self._reduction("sum", var, inside)))
+                parts.append(self.mul(scale, self._commuted("sum", self._reduction("sum", var, self._pushed(inside)))))
         return self.add(*parts)
+
+    def _pushed(self, product: Term) -> Term:
+        """A product with one factor a sum (or a chain of them) as that sum of the product: f * sum_c(g) =
+        sum_c(f * g) for c not free in f, so that nested sums form one chain (`_commuted`) whichever factors the
+        inner sums took out."""
+        factors = self.nodes[product][1] if self.nodes[product][0] == "mul" else (product,)
+        sums = [f for f in factors if self.nodes[f][0] == "reduce" and self.nodes[f][1] == "sum"]
+        if len(factors) < 2 or len(sums) != 1:
+            return product
+        others = [f for f in factors if f != sums[0]]
+        chain, body = [], sums[0]
+        while self.nodes[body][0] == "reduce" and self.nodes[body][1] == "sum":
+            chain.append(self.nodes[body][2])
+            body = self.nodes[body][3]
+        if set(chain) & _union(self.free[f] | self.binders[f] for f in others):
+            return product
+        nested = self.mul(*others, body)
+        for var in reversed(chain):
+            nested = self._reduction("sum", var, nested)
+        return nested
+
+    def _commuted(self, op: str, term: Term) -> Term:
+        """A chain of directly nested reductions of one op (sum(sum(x, i), j)) in the order, of every order of its
+        variables (each renamed to the level its position had), whose term is the least: the same term however the
+        chain was nested. Chains longer than MAX_COMMUTED, or whose body binds one of the names, are left as built."""
+        chain, body = [], term
+        while self.nodes[body][0] == "reduce" and self.nodes[body][1] == op:
+            chain.append(self.nodes[body][2])
+            body = self.nodes[body][3]
+        levels = [var[1] for var in chain]
+        if not 2 <= len(chain) <= MAX_COMMUTED or len(set(levels)) < len(chain) or set(chain) & self.binders[body]:
+            return term
+        options = []
+        for order in itertools.permutations(chain):
+            names = [("r", level, var[2]) for level, var in zip(levels, order)]
+            if set(names) & (self.binders[body] | self.free[term]):
+                continue
+            nested = self.renamed(body, dict(zip(order, names)))
+            for name in reversed(names):
+                nested = self._reduction(op, name, nested)
+            options.append(nested)
+        return min(options)
+
+    def renamed(self, term: Term, mapping: dict[tuple, tuple]) -> Term:
+        """`term` with its free bound variables renamed by `mapping` (none of whose names a reduction inside binds)."""
+        if not self.free[term] & mapping.keys():
+            return term
+        node = self.nodes[term]
+        kind = node[0]
+        if kind == "read":
+            return self.read(node[1], tuple(renamed_index(p, mapping) for p in node[2]))
+        if kind == "iota":
+            position = renamed_index(node[1], mapping)
+            return self.make(("iota", position), _bound((position,)))
+        if kind == "where":
+            return self.where([(renamed_index(p, mapping), low, high) for p, low, high in node[1]],
+                              self.renamed(node[2], mapping))
+        if kind in ("add", "mul"):
+            parts = [self.renamed(t, mapping) for t in node[1]]
+            return self.add(*parts) if kind == "add" else self.mul(*parts)
+        if kind == "fn":
+            return self.apply(node[1], *(self.renamed(t, mapping) for t in node[2]))
+        return self.reduce(node[1], node[2], self.renamed(node[3], mapping))
 
     def _reduction(self, op: str, var: tuple, body: Term) -> Term:
         return self.make(("reduce", op, var, body), self.free[body] - {var})
@@ -155,6 +223,17 @@ class Terms:
         else:
             return [[term]]
         return found if len(found) <= MAX_MONOMIALS else [[term]]
+
+
+def _children(key: tuple) -> tuple[Term, ...]:
+    """The value terms a term is built from."""
+    if key[0] in ("add", "mul"):
+        return key[1]
+    if key[0] == "fn":
+        return key[2]
+    if key[0] in ("where", "reduce"):
+        return (key[-1],)
+    return ()
 
 
 def _bound(index: tuple[Index, ...]) -> frozenset:

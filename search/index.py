@@ -104,6 +104,17 @@ def affine(terms: list[tuple[Atom, int]], const: int) -> Index:
     return Index.of(tuple(sorted(((a, c) for a, c in collected.items() if c), key=_order)), const)
 
 
+def renamed_index(index: Index, mapping: dict[Atom, Atom]) -> Index:
+    """`index` with the variables in `mapping` renamed (inside divisions too)."""
+    terms = []
+    for atom, coeff in index.terms:
+        if atom[0] in ("c", "r"):
+            terms.append((mapping.get(atom, atom), coeff))
+        else:
+            terms.append(((atom[0], renamed_index(atom[1], mapping), atom[2]), coeff))
+    return affine(terms, index.const)
+
+
 def _order(term: tuple[Atom, int]) -> tuple:
     """Terms sorted by atom: variables by kind, position and size, divisions by their index's serial number."""
     atom = term[0]
