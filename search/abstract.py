@@ -10,7 +10,12 @@ The normal form. An output of shape S is one term in free integer coordinates c0
   variable its index mentions (so the name depends on the term only, not on where it was built);
 - add and mul are flattened and their operands sorted (real arithmetic in Z3); rational constants fold exactly;
 - a sum's body is multiplied out into monomials (up to MAX_MONOMIALS) and each monomial's factors that do not mention
-  the bound variable leave the sum: sum(a + b) = sum(a) + sum(b), sum(s * x) = s * sum(x), sum(c) = n * c;
+  the bound variable leave the sum: sum(a + b) = sum(a) + sum(b), sum(s * x) = s * sum(x), sum(c) = n * c; the
+  factors that stay, where one of them is itself a sum, move into it (f * sum_c(g) = sum_c(f * g)), so nested sums
+  form one chain over the product of everything that depends on them;
+- a chain of directly nested reductions of one op (up to MAX_COMMUTED deep) takes, of every order of its variables
+  (each renamed to the level of its position), the least term: sum(sum(x, 1), 0) and sum(sum(x, 0), 0), and
+  (a @ b) @ c and a @ (b @ c), are one term;
 - every other op (exp2, log2, sin, sqrt, recip, mod, less_than, each cast, max) is an uninterpreted function, and a
   sum or max over length n an uninterpreted function of its body as a Z3 array (`Lambda` over the bound variable,
   zero outside [0, n)), so two reductions are equal exactly when their bodies are equal at every index in range.
@@ -22,10 +27,12 @@ their indices.
 
 What holds by construction: the laws of views (composition, commuting with elementwise ops and with reductions over
 other axes, pads and slices as index guards and shifts), commutativity, associativity and distributivity of add and
-mul, linearity of sums. What the abstraction does not know: laws of the uninterpreted ops (exp2(a + b) =
-exp2(a) * exp2(b), recip(a) * recip(b) = recip(a * b), max's laws), the order of two reductions (sum_sum), reindexing
-a reduction, float64 rounding of folded constants. Programs equal only by those come out different here, which is
-why a rewritten form is refuted only where the index-blind abstraction agrees (search/prune.py).
+mul, linearity of sums, the order of nested sums or maxes (chains up to three deep). What the abstraction does not
+know: laws of the uninterpreted ops (exp2(a + b) = exp2(a) * exp2(b), recip(a) * recip(b) = recip(a * b), max's
+laws), the order of a chain whose body holds a reduction binding one of the chain's names (a softmax's max inside a
+double sum), reindexing a reduction, float64 rounding of folded constants. Programs equal only by those come out
+different here (Z3 finds them different, or cannot decide), which is why a rewritten form is refuted only where
+the index-blind projection agrees and the exact check does too (search/prune.py `form_equivalent`).
 """
 from __future__ import annotations
 

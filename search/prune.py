@@ -16,10 +16,9 @@ Two checks, each counted by the search:
   Every candidate program is checked against its form's graph: partitions of one graph give the same hash-consed
   term, so no Z3 is needed for a right one, and a wrong construction (a buffer read through the wrong view, a
   dropped term) is pruned. Each form is checked once against the user's graph (`form_equivalent`): since the
-  rewrite rules use laws the abstraction does not know (exp2's, the order of two sums, a folded constant's
-  rounding), a form is refuted only where the terms with index detail erased agree, Z3 shows the terms differ and
-  the exact check over a prime field agrees that they do; a check Z3 cannot decide in time is left to random
-  testing.
+  rewrite rules use laws the abstraction does not know (exp2's, a folded constant's rounding), a form is refuted
+  only where the terms with index detail erased agree, Z3 shows the terms differ and the exact check over a prime
+  field agrees that they do; a check Z3 cannot decide in time is left to random testing.
 """
 from __future__ import annotations
 
@@ -293,8 +292,8 @@ class AbstractChecker:
         """Whether `form`, a graph rewritten from `reference` (extracted from the e-graph), computes it. False only
         where the index-blind terms agree (the forms differ in views and axes alone, not by a law of the uninterpreted
         ops that the rules may use: exp2's, a folded constant's rounding), Z3 shows the terms differ, and the exact
-        check over a prime field (search/exact.py, which also knows the order of two sums) finds an element that
-        differs; True where the terms are one or Z3 proves them equal; else None."""
+        check over a prime field (search/exact.py: sums exact, so it also knows the reindexings this abstraction
+        does not) finds an element that differs; True where the terms are one or Z3 proves them equal; else None."""
         ref, other = self.graph_terms(reference), self.graph_terms(form)
         if ref == other:
             return True
