@@ -244,7 +244,7 @@ def _children(key: tuple) -> tuple[Term, ...]:
 
 
 def _bound(index: tuple[Index, ...]) -> frozenset:
-    return frozenset(atom for position in index for atom in position.atoms() if atom[0] == "r")
+    return frozenset().union(*(position.bound for position in index))
 
 
 def _union(sets) -> frozenset:

@@ -27,12 +27,14 @@ class Index:
     Interned (`Index.of`): equal indices are one object, so an index hashes and compares by identity, and the atoms
     that hold it do too (hashing nested indices by value cost more than building them)."""
 
-    __slots__ = ("terms", "const", "serial", "__weakref__")
+    __slots__ = ("terms", "const", "serial", "bound", "__weakref__")
     _interned: "weakref.WeakValueDictionary[tuple, Index]" = weakref.WeakValueDictionary()
     _made = itertools.count()
 
     def __init__(self, terms: tuple[tuple[Atom, int], ...], const: int, serial: int):
         self.terms, self.const, self.serial = terms, const, serial
+        self.bound: frozenset = frozenset().union(*(  # the reductions' variables it mentions, inside divisions too
+            {atom} if atom[0] == "r" else frozenset() if atom[0] == "c" else atom[1].bound for atom, _ in terms))
 
     @classmethod
     def of(cls, terms: tuple[tuple[Atom, int], ...] = (), const: int = 0) -> "Index":
@@ -62,13 +64,6 @@ class Index:
             low += min(coeff * a, coeff * b)
             high += max(coeff * a, coeff * b)
         return low, high
-
-    def atoms(self) -> set[Atom]:
-        """Every coordinate and bound variable this index mentions, inside divisions too."""
-        found: set[Atom] = set()
-        for atom, _ in self.terms:
-            found |= {atom} if atom[0] in ("c", "r") else atom[1].atoms()
-        return found
 
 
 def constant(value: int) -> Index:
