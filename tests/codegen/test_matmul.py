@@ -9,7 +9,7 @@ import pytest
 import tensorsmith as ts
 
 from matmul_cases import MANY_TILE_CASES, MATMUL_CASES, MATMUL_SCHEDULES, matmul_program
-from tensorsmith.codegen import matmul, render
+from tensorsmith.codegen import render
 from tensorsmith.codegen.matmul import SM_COUNT, matmul_body, shared_bytes, wgmma_shared_bytes
 from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
 from tensorsmith.codegen.schedules import default_schedule, is_valid
