@@ -8,7 +8,9 @@ search/extract.py), each partitioned in a space of its own. The strategy, in ord
    otherwise; with `measure`, each form's best candidate by the model is measured before MCTS starts (the first
    form's first), since a measured candidate outranks every unmeasured one;
 3. the ranked candidates (measured time first where there is one, else the model's rank) are checked in turn:
-   Z3 abstract expression (already applied to every boundary set the search scored), then random tests
+   Z3 abstract expression (already applied to every boundary set the search scored against its form's graph, and to
+   each form once against `reference`, the user's graph: a form refuted there yields no candidates, and with every
+   form refuted the search raises VerificationError), then random tests
    (`verify_program`, with a large-magnitude draw for softmax-like graphs); the first that passes wins.
    A candidate is measured only after it has passed random testing.
 
@@ -290,6 +292,7 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     cfg = config or SearchConfig(BeamConfig(seed=seed), MCTSConfig(seed=seed))
     checker, stats = AbstractChecker(), SpaceStats()
     spaces = [CandidateSpace(g, target, checker, stats, form) for form, g in enumerate([graph, *forms])]
+    _check_forms(spaces, reference or graph, seed)
     run = _Run(spaces, reference or graph, seed, cfg, start + budget_s, start + budget_s, measure, progress,
                draws=draws if draws is not None else {})
     run.deadline -= _verification_reserve(run, budget_s, reference_s)
@@ -312,6 +315,15 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     result = _result(run, winner, start)
     result.stats.budget_hit = time.monotonic() > start + budget_s
     return result
+
+
+def _check_forms(spaces: list[CandidateSpace], reference: Graph, seed: int) -> None:
+    """Each form's graph against the reference (`CandidateSpace.check_form`); raises VerificationError where every
+    form computes another function, so that the caller can fall back to the graph as written."""
+    refuted = [not space.check_form(reference, seed) for space in spaces]
+    if all(refuted):
+        raise VerificationError(f"every form of graph {reference.name!r} computes another function than it (the"
+                                f" abstract-expression check refuted {len(spaces)})")
 
 
 BEAM_SHARE = 0.5   # of the search's time, where it has several forms: what their beams may take, in equal shares
@@ -387,6 +399,8 @@ NEIGHBOUR_ROOTS = 4
 
 
 def _greedy_candidate(space: CandidateSpace) -> Candidate | None:
+    if space.refuted:
+        return None
     greedy = space.greedy()
     options = [space.options(greedy, p) for p in range(len(space.program(greedy).kernels))]
     if any(not o.schedules for o in options):

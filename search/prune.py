@@ -8,11 +8,17 @@ Two checks, each counted by the search:
   the target's limits. The constraints are Z3 formulas over the schedule's parameters and the kernel's
   facts; each point of the space is substituted and simplified by Z3, so no infeasible schedule reaches
   codegen.
-- `AbstractChecker`: as in Mirage, each output of a candidate program as a term over the input symbols,
-  with the ops as uninterpreted functions (add and mul as real arithmetic, so commutativity, associativity
-  and distributivity hold) and index detail dropped (views are the identity, a reduction keeps only its
-  length). A candidate whose terms Z3 shows can differ from the reference graph's is pruned; one that Z3
-  cannot decide in time is left to random testing.
+- `AbstractChecker`: as in Mirage, each output of a candidate program as a term over the input symbols, with the
+  ops as uninterpreted functions (add and mul as real arithmetic), but keeping index detail: each element of an
+  output is a term over the elements of the inputs it reads, views composed into one index map per read and
+  reductions binding a variable at their axis (the normal form: search/abstract.py, its index maps:
+  search/index.py). So x.T + y and x + y, a sum over the wrong axis, an off-by-one slice give terms Z3 shows differ.
+  Every candidate program is checked against its form's graph: partitions of one graph give the same hash-consed
+  term, so no Z3 is needed for a right one, and a wrong construction (a buffer read through the wrong view, a
+  dropped term) is pruned. Each form is checked once against the user's graph (`form_equivalent`): since the
+  rewrite rules use laws the abstraction does not know (exp2's, a folded constant's rounding), a form is refuted
+  only where the terms with index detail erased agree, Z3 shows the terms differ and the exact check over a prime
+  field agrees that they do; a check Z3 cannot decide in time is left to random testing.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
+import numpy as np
 import z3
 
 from tensorsmith.codegen import attention
@@ -31,11 +38,14 @@ from tensorsmith.codegen.render import row_plan, vector_width
 from tensorsmith.codegen.schedules import ARCHETYPES, MAX_ACCUMULATORS
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
-from tensorsmith.ir.node import Node, toposort
-from tensorsmith.ir.ops import Op, REDUCE, VIEWS
+from tensorsmith.ir.node import Node
+from tensorsmith.ir.ops import Op
 from tensorsmith.ir.targets import Target
 
+from .abstract import Builder, Term, Terms, Z3Terms, buffer_read, coordinates
 from .cost import BASE_REGISTERS, MMA_BYTES, MMA_PAD, WARP, kernel_work
+from .exact import MAX_WORK as EXACT_MAX_WORK
+from .exact import draw_inputs, evaluate_exact, evaluation_size
 
 STATIC_SHARED_BYTES = 48 * 1024   # a block's statically declared __shared__ arrays may not exceed 48 KiB
 VECTOR_BYTES = 16
@@ -214,81 +224,102 @@ def _mentions(term: z3.ExprRef, variable: z3.ArithRef) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 # (a) abstract expressions
 
+@dataclass(frozen=True)
+class Expression:
+    """One output as a term (search/abstract.py) at the free coordinates of its shape."""
+
+    term: Term
+    shape: tuple[int, ...]
+
+
+Expressions = dict[str, Expression]
+
+
 class AbstractChecker:
-    """Abstract expressions of graphs and kernel programs, and a Z3 equivalence check between them."""
+    """Abstract expressions of graphs and kernel programs (search/abstract.py), and a Z3 equivalence check."""
 
     def __init__(self, timeout_ms: int = Z3_TIMEOUT_MS):
         self.timeout_ms = timeout_ms
-        self._functions: dict[tuple[str, int], z3.FuncDeclRef] = {}
+        self.terms = Terms()
+        self.z3_terms = Z3Terms(self.terms)
 
-    def graph_terms(self, graph: Graph) -> dict[str, z3.ExprRef]:
-        """Each output of `graph` as a term over its input symbols."""
-        terms = self._terms(list(graph.outputs.values()), lambda name: z3.Real(f"in_{name}"))
-        return {name: terms[id(node)] for name, node in graph.outputs.items()}
+    def graph_terms(self, graph: Graph) -> Expressions:
+        """Each output of `graph` as a term over its inputs' elements."""
+        builder = Builder(self.terms, lambda node, index: self.terms.read(node.arg, index))
+        return {name: Expression(builder.output(node), node.shape) for name, node in graph.outputs.items()}
 
-    def program_terms(self, program: KernelProgram) -> dict[str, z3.ExprRef]:
-        """Each output of `program`: its kernels' bodies composed through the buffers between them."""
-        memory: dict[str, z3.ExprRef] = {name: z3.Real(f"in_{name}") for name in program.inputs}
+    def program_terms(self, program: KernelProgram) -> Expressions:
+        """Each output of `program`: its kernels' bodies composed through the buffers between them, each buffer read
+        as the element its writer computes at the same row-major offset."""
+        reads: dict[str, Callable] = {}
+
+        def leaf(node: Node, index: tuple) -> Term:
+            if node.arg in reads:
+                return reads[node.arg](index)
+            return self.terms.read(node.arg, index)
+
+        builder = Builder(self.terms, leaf)
         for kernel in program.kernels:
-            terms = self._terms([node for _, node in kernel.outputs], lambda name: memory[name])
             for name, node in kernel.outputs:
-                memory[name] = terms[id(node)]
-        return {out: memory[buffer] for out, buffer in program.outputs.items()}
+                reads[name] = buffer_read(builder, node, program.buffers[name].shape)
+        return {out: Expression(reads[buffer](coordinates(program.buffers[buffer].shape)),
+                                program.buffers[buffer].shape) for out, buffer in program.outputs.items()}
 
-    def equivalent(self, reference: dict[str, z3.ExprRef], candidate: dict[str, z3.ExprRef]) -> bool | None:
-        """True if Z3 proves every output equal, False if it finds an interpretation where one differs, else None."""
-        if set(reference) != set(candidate):
+    def equivalent(self, reference: Expressions, candidate: Expressions) -> bool | None:
+        """True if every output is the same term or Z3 proves it equal, False if Z3 finds an interpretation where one
+        differs, else None (Z3 could not decide in time)."""
+        if set(reference) != set(candidate) or any(reference[n].shape != candidate[n].shape for n in reference):
             return False
-        differing = [reference[name] != candidate[name] for name in reference
-                     if not reference[name].eq(candidate[name])]
+        differing = [(self.z3_terms.expr(reference[n].term), self.z3_terms.expr(candidate[n].term)) for n in reference
+                     if reference[n].term != candidate[n].term]
+        return self._decide(differing, tuple(self.z3_terms.ranges()))
+
+    def _decide(self, pairs: list[tuple[z3.ExprRef, z3.ExprRef]], premises: tuple[z3.BoolRef, ...] = ()) -> bool | None:
+        """True if Z3 proves every pair equal under `premises`, False if it finds an interpretation where one
+        differs, else None."""
+        differing = [a != b for a, b in pairs if not a.eq(b)]
         if not differing:
-            return True          # the same term, hash-consed by Z3
+            return True
         solver = z3.Solver()
         solver.set("timeout", self.timeout_ms)
-        solver.add(z3.Or(differing))
+        solver.add(z3.Or(differing), *premises)
         answer = solver.check()
         if answer == z3.unsat:
             return True
         return False if answer == z3.sat else None
 
-    def _function(self, name: str, arity: int) -> z3.FuncDeclRef:
-        key = (name, arity)
-        if key not in self._functions:
-            self._functions[key] = z3.Function(name, *([z3.RealSort()] * (arity + 1)))
-        return self._functions[key]
+    def form_equivalent(self, reference: Graph, form: Graph, seed: int = 0) -> bool | None:
+        """Whether `form`, a graph rewritten from `reference` (extracted from the e-graph), computes it. False only
+        where the index-blind terms agree (the forms differ in views and axes alone, not by a law of the uninterpreted
+        ops that the rules may use: exp2's, a folded constant's rounding), Z3 shows the terms differ, and the exact
+        check over a prime field (search/exact.py: sums exact, so it also knows the reindexings this abstraction
+        does not) finds an element that differs; True where the terms are one or Z3 proves them equal; else None."""
+        ref, other = self.graph_terms(reference), self.graph_terms(form)
+        if ref == other:
+            return True
+        if {n: e.shape for n, e in ref.items()} != {n: e.shape for n, e in other.items()}:
+            return False
+        blind = [(self.z3_terms.blind(ref[n].term), self.z3_terms.blind(other[n].term)) for n in ref]
+        if self._decide(blind) is not True:
+            return None          # a rewrite by laws this abstraction does not know: left to random testing
+        verdict = self.equivalent(ref, other)
+        if verdict is not False:
+            return verdict
+        return False if exact_differs(reference, form, seed) else None
 
-    def _terms(self, roots: list[Node], leaf: Callable[[str], z3.ExprRef]) -> dict[int, z3.ExprRef]:
-        terms: dict[int, z3.ExprRef] = {}
-        for node in toposort(roots):
-            args = [terms[id(src)] for src in node.srcs]
-            terms[id(node)] = self._term(node, args, leaf)
-        return terms
 
-    def _term(self, node: Node, args: list[z3.ExprRef], leaf: Callable[[str], z3.ExprRef]) -> z3.ExprRef:
-        op = node.op
-        if op == Op.INPUT:
-            return leaf(node.arg)
-        if op == Op.CONSTANT:
-            value = float(node.arg)
-            return z3.RealVal(repr(value)) if math.isfinite(value) else z3.Real(f"const_{value}")
-        if op == Op.IOTA:
-            return z3.Real(f"iota_{node.arg}")
-        if op in VIEWS or op == Op.CONTIGUOUS:
-            return args[0]                      # index detail dropped
-        if op == Op.ADD:
-            return args[0] + args[1]
-        if op == Op.MUL:
-            return args[0] * args[1]
-        if op in REDUCE:
-            return self._function(f"{op.value}{node.srcs[0].shape[node.arg]}", 1)(args[0])
-        if op == Op.CAST:
-            return self._function(f"cast_{node.dtype.value}", 1)(args[0])
-        return self._function(op.value, len(args))(*args)
+def exact_differs(reference: Graph, form: Graph, seed: int) -> bool:
+    """Whether the two graphs differ on some element over the prime field (False where the check is too large)."""
+    if max(evaluation_size(reference), evaluation_size(form)) > EXACT_MAX_WORK:
+        return False
+    inputs = draw_inputs(reference, seed)
+    expected, actual = evaluate_exact(reference, inputs, seed), evaluate_exact(form, inputs, seed)
+    return any(not np.array_equal(expected[name], actual[name]) for name in reference.outputs)
 
 
 def schedule_space_size(archetype: str) -> int:
     return math.prod(len(values) for values in ARCHETYPES[archetype].values())
 
 
-__all__ = ["AbstractChecker", "KernelFacts", "NotFusable", "ScheduleVerdict", "feasible_schedules", "kernel_facts",
-           "schedule_constraints", "schedule_space_size"]
+__all__ = ["AbstractChecker", "Expression", "KernelFacts", "NotFusable", "ScheduleVerdict", "feasible_schedules",
+           "kernel_facts", "schedule_constraints", "schedule_space_size"]

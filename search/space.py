@@ -55,7 +55,8 @@ class SpaceStats:
     pruned_schedule_z3: int = 0          # schedule points that break a launch constraint
     invalid_schedule: int = 0            # points Z3 passed but codegen's is_valid rejects
     render_failed: int = 0               # points codegen could not render
-    pruned_expression_z3: int = 0        # boundary sets whose abstract expression differs from the graph's
+    pruned_expression_z3: int = 0        # boundary sets whose abstract expression differs from their form's graph's,
+                                         # and forms whose graph's differs from the user's (each counted once)
     expression_undecided: int = 0        # Z3 could not decide in time: left to random testing
     duplicates: int = 0                  # boundary sets that legalise to a program seen before
 
@@ -93,6 +94,7 @@ class CandidateSpace:
         self._options: dict[tuple, ScheduleOptions] = {}
         self._reference = self.checker.graph_terms(self.graph)
         self._expression_ok: dict[Boundaries, bool] = {}
+        self.refuted = False     # the form's graph computes another function than the user's: no candidates
 
     # ---- boundaries ------------------------------------------------------------------------------------------
     def greedy(self) -> Boundaries:
@@ -147,8 +149,22 @@ class CandidateSpace:
             self.legal(boundaries)
         return self._programs[boundaries]
 
+    def check_form(self, reference: Graph, seed: int = 0) -> bool:
+        """Z3 check (a) of the form itself, once: its graph's abstract expression against `reference`'s (the user's
+        graph it was rewritten from; `AbstractChecker.form_equivalent`), counted. A refuted form yields no
+        candidates."""
+        verdict = True if reference is self.graph else self.checker.form_equivalent(reference, self.graph, seed)
+        if verdict is False:
+            self.stats.pruned_expression_z3 += 1
+        elif verdict is None:
+            self.stats.expression_undecided += 1
+        self.refuted = verdict is False
+        return not self.refuted
+
     def expression_ok(self, boundaries: Boundaries) -> bool:
-        """Z3 check (a): the program's abstract expression is the graph's (or Z3 cannot tell)."""
+        """Z3 check (a): the program's abstract expression is its graph's (or Z3 cannot tell), in a form not refuted."""
+        if self.refuted:
+            return False
         if boundaries not in self._expression_ok:
             self._expression_ok[boundaries] = self.check_program(self.program(boundaries))
         return self._expression_ok[boundaries]
