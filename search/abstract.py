@@ -138,9 +138,9 @@ class Terms:
             return body if var not in self.free[body] else self._commuted(op, self._reduction(op, var, body))
         groups: dict[Term, list[Term]] = {}
         for monomial in self._monomials(body):
-            inside = [f for f in monomial if var in self.free[f]]
-            outside = [f for f in monomial if var not in self.free[f]]
-            groups.setdefault(self.mul(*inside), []).append(self.mul(*outside))
+            bound = [f for f in monomial if var in self.free[f]]
+            free = [f for f in monomial if var not in self.free[f]]
+            groups.setdefault(self.mul(*bound), []).append(self.mul(*free))
         parts = []
         for inside, factors in groups.items():
             scale = self.add(*factors)
