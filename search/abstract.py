@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from fractions import Fraction
 from typing import Callable
 
@@ -51,7 +52,14 @@ from .index import Guard, Index, renamed_index, reshaped, variable, view_index
 Term = int
 MAX_MONOMIALS = 64   # a sum's body multiplied out beyond this many monomials is left as one factor
 MAX_COMMUTED = 3     # the longest chain of nested reductions put in a canonical order (3! orders tried)
+MAX_TERMS = 40_000   # new terms one check may make (about 1 s); past them it is not made (TooLarge): left to random
+                     # testing. A small Hugging Face Llama's ONNX graph (626 nodes) makes 13,260
 ZERO, ONE = Fraction(0), Fraction(1)
+
+
+class TooLarge(Exception):
+    """A check needs more terms than `Terms.limit`, or more time to build its Z3 expressions than `Z3Terms.deadline`
+    (a Hugging Face model's nested reductions as Z3 lambdas took minutes): it is not made."""
 
 
 class Terms:
@@ -62,10 +70,16 @@ class Terms:
         self.nodes: list[tuple] = []
         self.free: list[frozenset] = []
         self.binders: list[frozenset] = []   # the variables reductions inside a term bind
+        self.limit: float = math.inf   # the number of terms past which making one raises TooLarge
+        self._reduced: dict[tuple, Term] = {}
+        self._renamed: dict[tuple, Term] = {}
+        self._expanded: dict[Term, list[list[Term]]] = {}
         self.zero, self.one = self.const(ZERO), self.const(ONE)
 
     def make(self, key: tuple, free: frozenset = frozenset()) -> Term:
         if key not in self.ids:
+            if len(self.nodes) >= self.limit:
+                raise TooLarge(f"the abstract expressions need more than {self.limit} terms")
             self.ids[key] = len(self.nodes)
             self.nodes.append(key)
             self.free.append(free)
@@ -133,7 +147,14 @@ class Terms:
     # ---- reductions ----------------------------------------------------------------------------------------------
     def reduce(self, op: str, var: tuple, body: Term) -> Term:
         """A sum (linear: monomials split, factors free of `var` taken out) or a max (uninterpreted) over `var`, with
-        directly nested reductions of the same op in a canonical order (`_commuted`)."""
+        directly nested reductions of the same op in a canonical order (`_commuted`); memoised, since renaming a
+        term rebuilds the reductions inside it."""
+        key = (op, var, body)
+        if key not in self._reduced:
+            self._reduced[key] = self._reduce(op, var, body)
+        return self._reduced[key]
+
+    def _reduce(self, op: str, var: tuple, body: Term) -> Term:
         if op != "sum":   # a max over copies of one value is that value
             return body if var not in self.free[body] else self._commuted(op, self._reduction(op, var, body))
         groups: dict[Term, list[Term]] = {}
@@ -196,6 +217,12 @@ class Terms:
         """`term` with its free bound variables renamed by `mapping` (none of whose names a reduction inside binds)."""
         if not self.free[term] & mapping.keys():
             return term
+        key = (term, tuple(sorted(mapping.items())))
+        if key not in self._renamed:
+            self._renamed[key] = self._rename(term, mapping)
+        return self._renamed[key]
+
+    def _rename(self, term: Term, mapping: dict[tuple, tuple]) -> Term:
         node = self.nodes[term]
         kind = node[0]
         if kind == "read":
@@ -218,6 +245,11 @@ class Terms:
 
     def _monomials(self, term: Term) -> list[list[Term]]:
         """`term` multiplied out: a list of products, each a list of factors (one factor past MAX_MONOMIALS)."""
+        if term not in self._expanded:
+            self._expanded[term] = self._expand(term)
+        return self._expanded[term]
+
+    def _expand(self, term: Term) -> list[list[Term]]:
         node = self.nodes[term]
         if node[0] == "add":
             found = [m for part in node[1] for m in self._monomials(part)]
@@ -338,9 +370,12 @@ class Z3Terms:
         self.blind_memo: dict[Term, z3.ExprRef] = {}
         self.functions: dict[tuple, z3.FuncDeclRef] = {}
         self.coordinates: dict[tuple, z3.ArithRef] = {}
+        self.deadline = math.inf   # time.monotonic() past which building expressions raises TooLarge
 
     def expr(self, term: Term) -> z3.ExprRef:
         if term not in self.memo:
+            if time.monotonic() > self.deadline:
+                raise TooLarge("building the Z3 expressions took longer than the check's time")
             self.memo[term] = self._expr(self.terms.nodes[term])
         return self.memo[term]
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
 import numpy as np
 import z3
@@ -42,7 +44,7 @@ from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.targets import Target
 
-from .abstract import Builder, Term, Terms, Z3Terms, buffer_read, coordinates
+from .abstract import MAX_TERMS, Builder, Term, Terms, TooLarge, Z3Terms, buffer_read, coordinates
 from .cost import BASE_REGISTERS, MMA_BYTES, MMA_PAD, WARP, kernel_work
 from .exact import MAX_WORK as EXACT_MAX_WORK
 from .exact import draw_inputs, evaluate_exact, evaluation_size
@@ -50,8 +52,6 @@ from .exact import draw_inputs, evaluate_exact, evaluation_size
 STATIC_SHARED_BYTES = 48 * 1024   # a block's statically declared __shared__ arrays may not exceed 48 KiB
 VECTOR_BYTES = 16
 Z3_TIMEOUT_MS = 2000
-FORM_CHECK_NODES = 400   # a form of a larger graph is not checked against the user's graph: building the Z3 terms of a
-                         # Hugging Face model's ONNX graph (nested reductions as lambdas) ran for over 20 minutes
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -240,19 +240,26 @@ Expressions = dict[str, Expression]
 class AbstractChecker:
     """Abstract expressions of graphs and kernel programs (search/abstract.py), and a Z3 equivalence check."""
 
-    def __init__(self, timeout_ms: int = Z3_TIMEOUT_MS):
-        self.timeout_ms = timeout_ms
+    def __init__(self, timeout_ms: int = Z3_TIMEOUT_MS, max_terms: int = MAX_TERMS):
+        self.timeout_ms, self.max_terms = timeout_ms, max_terms
         self.terms = Terms()
         self.z3_terms = Z3Terms(self.terms)
 
-    def graph_terms(self, graph: Graph) -> Expressions:
-        """Each output of `graph` as a term over its inputs' elements."""
+    def graph_terms(self, graph: Graph) -> Expressions | None:
+        """Each output of `graph` as a term over its inputs' elements (None where that is too large a check)."""
         builder = Builder(self.terms, lambda node, index: self.terms.read(node.arg, index))
-        return {name: Expression(builder.output(node), node.shape) for name, node in graph.outputs.items()}
+        with self._bounded():
+            return {name: Expression(builder.output(node), node.shape) for name, node in graph.outputs.items()}
+        return None
 
-    def program_terms(self, program: KernelProgram) -> Expressions:
+    def program_terms(self, program: KernelProgram) -> Expressions | None:
         """Each output of `program`: its kernels' bodies composed through the buffers between them, each buffer read
-        as the element its writer computes at the same row-major offset."""
+        as the element its writer computes at the same row-major offset (None where that is too large a check)."""
+        with self._bounded():
+            return self._program_terms(program)
+        return None
+
+    def _program_terms(self, program: KernelProgram) -> Expressions:
         reads: dict[str, Callable] = {}
 
         def leaf(node: Node, index: tuple) -> Term:
@@ -267,14 +274,31 @@ class AbstractChecker:
         return {out: Expression(reads[buffer](coordinates(program.buffers[buffer].shape)),
                                 program.buffers[buffer].shape) for out, buffer in program.outputs.items()}
 
-    def equivalent(self, reference: Expressions, candidate: Expressions) -> bool | None:
+    def equivalent(self, reference: Expressions | None, candidate: Expressions | None) -> bool | None:
         """True if every output is the same term or Z3 proves it equal, False if Z3 finds an interpretation where one
-        differs, else None (Z3 could not decide in time)."""
+        differs, else None (Z3 could not decide in time, or either side was too large to build)."""
+        if reference is None or candidate is None:
+            return None
         if set(reference) != set(candidate) or any(reference[n].shape != candidate[n].shape for n in reference):
             return False
-        differing = [(self.z3_terms.expr(reference[n].term), self.z3_terms.expr(candidate[n].term)) for n in reference
-                     if reference[n].term != candidate[n].term]
-        return self._decide(differing, tuple(self.z3_terms.ranges()))
+        differing = None
+        with self._bounded():
+            differing = [(self.z3_terms.expr(reference[n].term), self.z3_terms.expr(candidate[n].term))
+                         for n in reference if reference[n].term != candidate[n].term]
+        return None if differing is None else self._decide(differing, tuple(self.z3_terms.ranges()))
+
+    @contextmanager
+    def _bounded(self) -> Iterator[None]:
+        """Bounds the work of what runs inside: `max_terms` new terms and the Z3 timeout's time to build expressions.
+        A check past them (or deeper than Python's recursion limit) is abandoned, and the caller returns None."""
+        self.terms.limit = len(self.terms.nodes) + self.max_terms
+        self.z3_terms.deadline = time.monotonic() + self.timeout_ms / 1000
+        try:
+            yield
+        except (TooLarge, RecursionError):
+            pass
+        finally:
+            self.terms.limit, self.z3_terms.deadline = math.inf, math.inf
 
     def _decide(self, pairs: list[tuple[z3.ExprRef, z3.ExprRef]], premises: tuple[z3.BoolRef, ...] = ()) -> bool | None:
         """True if Z3 proves every pair equal under `premises`, False if it finds an interpretation where one
@@ -296,15 +320,17 @@ class AbstractChecker:
         ops that the rules may use: exp2's, a folded constant's rounding), Z3 shows the terms differ, and the exact
         check over a prime field (search/exact.py: sums exact, so it also knows the reindexings this abstraction
         does not) finds an element that differs; True where the terms are one or Z3 proves them equal; else None."""
-        if max(len(reference.nodes()), len(form.nodes())) > FORM_CHECK_NODES:
-            return None          # Z3's terms of nested reductions grow too fast: left to random and exact testing
         ref, other = self.graph_terms(reference), self.graph_terms(form)
+        if ref is None or other is None:
+            return None
         if ref == other:
             return True
         if {n: e.shape for n, e in ref.items()} != {n: e.shape for n, e in other.items()}:
             return False
-        blind = [(self.z3_terms.blind(ref[n].term), self.z3_terms.blind(other[n].term)) for n in ref]
-        if self._decide(blind) is not True:
+        blind = None
+        with self._bounded():
+            blind = [(self.z3_terms.blind(ref[n].term), self.z3_terms.blind(other[n].term)) for n in ref]
+        if blind is None or self._decide(blind) is not True:
             return None          # a rewrite by laws this abstraction does not know: left to random testing
         verdict = self.equivalent(ref, other)
         if verdict is not False:

@@ -170,8 +170,10 @@ class CandidateSpace:
         return self._expression_ok[boundaries]
 
     def check_program(self, program: KernelProgram) -> bool:
-        """The abstract-expression check of any program against this space's graph, counted."""
-        verdict = self.checker.equivalent(self._reference, self.checker.program_terms(program))
+        """The abstract-expression check of any program against this space's graph, counted (undecided, unbuilt,
+        where the graph's own terms were too large to build)."""
+        verdict = None if self._reference is None else self.checker.equivalent(self._reference,
+                                                                              self.checker.program_terms(program))
         if verdict is False:
             self.stats.pruned_expression_z3 += 1
         elif verdict is None:
