@@ -91,6 +91,7 @@ def test_every_compiled_case_matches_its_chosen_graph_exactly(case: str) -> None
     """The kernel program the search returns computes the graph extraction chose, element for element."""
     compilation = pipeline.Compilation(CASES[case](), pipeline.CompileOptions(budget_s=2, profile=False),
                                        get_target("sm90"))
+    compilation.deadline = time.monotonic() + 2.0   # as compile() sets it: without, the search has no budget at all
     for stage in pipeline.STAGES[:3]:     # saturate, extract, search
         stage.run(compilation)
     assert all(c.ok for c in check_exact(compilation.chosen_graph(), compilation.program(), seed=11))
