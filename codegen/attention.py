@@ -18,6 +18,7 @@ coordinates and the sizes fit its tiling; elsewhere the same schedule renders th
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from tensorsmith.ir import primitives as P
 from tensorsmith.ir.dtypes import DType
@@ -221,9 +222,9 @@ def _tma_operand(node: Node, index: tuple[str, ...], row: str, extents: dict[str
     names; None where TMA cannot copy it: not a view of an input buffer from its start, a broadcast or repeated
     axis, the head dim not contiguous, or a stride not in whole 16-byte steps."""
     layout = _strided(node)
-    if layout is None or layout[0].op != Op.INPUT or layout[2] != 0:
+    if layout is None or layout.base.op != Op.INPUT or layout.offset != 0 or layout.grouped:
         return None
-    base, strides, _ = layout
+    base, strides = layout.base, layout.strides
     terms = [(name, stride) for name, stride in zip(index, strides) if name != "0"]
     names = [name for name, _ in terms]
     if (len(set(names)) != len(names) or len(terms) > TMA_MAX_RANK or ("hd", 1) not in terms or row not in names
@@ -241,11 +242,10 @@ def _row_load(node: Node, index: tuple[str, ...], match: AttentionMatch) -> dict
     cores' dtype, contiguous along the head dimension in 16-byte chunks; otherwise NotFusable names the node to
     give a buffer of its own."""
     layout = _strided(node)
-    if layout is not None and layout[0].op == Op.INPUT:
-        base, strides, offset = layout
-        rows = _row_offset(index, strides, offset)
+    if layout is not None and layout.base.op == Op.INPUT:
+        rows = _row_offset(index, layout)
         if rows is not None:
-            return {"buffer": base.arg, "offset": rows}
+            return {"buffer": layout.base.arg, "offset": rows}
     raise NotFusable(_own_buffer(node, index, match),
                      "an attention operand must be a load contiguous along the head dimension")
 
@@ -254,24 +254,41 @@ def _own_buffer(node: Node, index: tuple[str, ...], match: AttentionMatch) -> No
     """The node under an operand's views that, in a buffer of its own, is contiguous along the head dimension;
     where there is none, the score matmul (the scores then get a kernel of their own)."""
     layout = _strided(node)
-    if layout is None or layout[0].op in (Op.INPUT, Op.CONSTANT, Op.IOTA):
+    if layout is None or layout.base.op in (Op.INPUT, Op.CONSTANT, Op.IOTA):
         return match.qk.reduce
-    base, strides, offset = layout
-    return base if _row_offset(index, strides, offset) is not None else match.qk.reduce
+    return layout.base if _row_offset(index, layout) is not None else match.qk.reduce
 
 
-def _row_offset(index: tuple[str, ...], strides: tuple[int, ...], offset: int) -> str | None:
+def _row_offset(index: tuple[str, ...], layout: Strided) -> str | None:
     """The C offset of (index with hd = 0) where the head dim has stride 1 and every row starts on 16 bytes."""
-    terms = [(name, stride) for name, stride in zip(index, strides) if name != "0" and stride != 0]
-    if ("hd", 1) not in terms or offset % CHUNK or any(stride % CHUNK for name, stride in terms if name != "hd"):
+    terms = [(name, stride, group) for name, stride, group in zip(index, layout.strides, layout.groups)
+             if name != "0" and stride != 0]
+    if ((("hd", 1, 1) not in terms) or layout.offset % CHUNK
+            or any(stride % CHUNK for name, stride, _ in terms if name != "hd")):
         return None
-    return " + ".join([f"({name}) * {stride}" for name, stride in terms if name != "hd"] + [str(offset)])
+    return " + ".join([f"({name}) * {stride}" if group == 1 else f"(({name}) / {group}) * {stride}"
+                       for name, stride, group in terms if name != "hd"] + [str(layout.offset)])
 
 
-def _strided(node: Node) -> tuple[Node, tuple[int, ...], int] | None:
-    """(base, strides, offset): `node` as a strided view of the first node under its views that is not one
-    (strides in elements of that node's own row-major buffer); None where a view is a pad, or a reshape that
-    no strides describe."""
+@dataclass(frozen=True)
+class Strided:
+    """A view as an address: element i of the view is base[offset + sum((i[a] // groups[a]) * strides[a])], in
+    elements of `base`'s own row-major buffer. A group above 1 is a broadcast axis merged into the axis before it,
+    as grouped-query attention's repeat_kv merges (kv heads, repeats) into heads: head h reads kv head h // repeats."""
+
+    base: Node
+    strides: tuple[int, ...]
+    offset: int
+    groups: tuple[int, ...]
+
+    @property
+    def grouped(self) -> bool:
+        return any(group != 1 for group in self.groups)
+
+
+def _strided(node: Node) -> Strided | None:
+    """`node` as a strided view of the first node under its views that is not one; None where a view is a pad, or
+    a reshape that no strides (and groups) describe."""
     chain = []
     while node.op in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE):
         chain.append(node)
@@ -279,20 +296,46 @@ def _strided(node: Node) -> tuple[Node, tuple[int, ...], int] | None:
     if node.op == Op.PAD:
         return None
     strides, offset = row_major_strides(node.shape), 0
+    groups = (1,) * len(strides)
     for view in reversed(chain):
         src = view.srcs[0]
         if view.op == Op.EXPAND:
             strides = tuple(0 if s != d else stride for s, d, stride in zip(src.shape, view.shape, strides))
         elif view.op == Op.PERMUTE:
-            strides = tuple(strides[axis] for axis in view.arg)
+            strides, groups = tuple(strides[axis] for axis in view.arg), tuple(groups[axis] for axis in view.arg)
         elif view.op == Op.SLICE:
+            if any(lo and group != 1 for (lo, _), group in zip(view.arg, groups)):
+                return None
             offset += sum(lo * stride for (lo, _), stride in zip(view.arg, strides))
         else:
-            reshaped = _reshape_strides(src.shape, strides, view.shape)
+            reshaped = _reshape_grouped(src.shape, strides, groups, view.shape)
             if reshaped is None:
                 return None
-            strides = reshaped
-    return node, strides, offset
+            strides, groups = reshaped
+    return Strided(node, strides, offset, groups)
+
+
+def _reshape_grouped(old: tuple[int, ...], strides: tuple[int, ...], groups: tuple[int, ...],
+                     new: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(strides, groups) of a reshape: size-1 axes added or dropped keep every axis as it is; otherwise, without
+    groups, PyTorch's strides of a reshape, or a broadcast axis merged into the one before it (a group)."""
+    kept = [(size, stride, group) for size, stride, group in zip(old, strides, groups) if size != 1]
+    sizes = [size for size in new if size != 1]
+    if [size for size, _, _ in kept] != sizes:
+        if any(group != 1 for group in groups):
+            return None
+        plain = _reshape_strides(old, strides, new)
+        if plain is not None:
+            return plain, (1,) * len(new)
+        merged = [kept[:axis] + [(size * repeats, stride, repeats)] + kept[axis + 2:]
+                  for axis, ((size, stride, _), (repeats, broadcast, _)) in enumerate(zip(kept, kept[1:]))
+                  if broadcast == 0]   # (..., a, b, ...) -> (..., a * b, ...) with b broadcast: a group of b
+        kept = next((axes for axes in merged if [size for size, _, _ in axes] == sizes), [])
+        if not kept:
+            return None
+    axes = iter(kept)
+    out = [(0, 1) if size == 1 else next(axes)[1:] for size in new]
+    return tuple(stride for stride, _ in out), tuple(group for _, group in out)
 
 
 def _reshape_strides(old: tuple[int, ...], strides: tuple[int, ...], new: tuple[int, ...]) -> tuple[int, ...] | None:

@@ -51,6 +51,30 @@ def attention_graph(name: str, case: Case) -> ts.Graph:
     return g
 
 
+# grouped-query attention: (batch, query heads, kv heads, queries, keys, head dim, dtype, causal)
+GQA_CASES: dict[str, tuple[int, int, int, int, int, int, str, bool]] = {
+    "gqa_decode_fp16_d128_1x300": (2, 8, 2, 1, 300, 128, "float16", False),
+    "gqa_prefill_bf16_d64_100_causal": (1, 6, 2, 100, 100, 64, "bfloat16", True),
+}
+
+
+def repeat_kv(t: ts.Tensor, times: int) -> ts.Tensor:
+    """(batch, kv heads, keys, d) -> (batch, kv heads * times, keys, d), each kv head repeated (Llama's repeat_kv)."""
+    batch, heads, keys, dim = t.shape
+    return t.reshape(batch, heads, 1, keys, dim).expand(batch, heads, times, keys, dim) \
+        .reshape(batch, heads * times, keys, dim)
+
+
+def gqa_graph(name: str) -> ts.Graph:
+    """o = nn.attention(q, repeat_kv(k), repeat_kv(v)) for a GQA_CASES case: k and v have fewer heads than q."""
+    batch, heads, kv_heads, queries, keys, dim, dtype, causal = GQA_CASES[name]
+    g = ts.Graph(name)
+    q = g.input("q", (batch, heads, queries, dim), dtype)
+    k, v = (repeat_kv(g.input(n, (batch, kv_heads, keys, dim), dtype), heads // kv_heads) for n in "kv")
+    g.output("o", nn.attention(q, k, v, causal=causal))
+    return g
+
+
 def attention_program(graph: ts.Graph, schedule: dict[str, int] | None) -> tuple[KernelProgram, RenderedKernel]:
     """The graph partitioned (one attention kernel expected last), that kernel rendered under `schedule`
     (codegen's default where None)."""

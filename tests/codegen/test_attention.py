@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import tensorsmith as ts
-from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, WGMMA_SCHEDULES, attention_graph,
-                             attention_program)
+from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, GQA_CASES, WGMMA_SCHEDULES, attention_graph,
+                             attention_program, gqa_graph)
 from tensorsmith import nn, rewrites, search
 from tensorsmith.codegen import attention
 from tensorsmith.codegen.matmul import SM_COUNT
@@ -132,6 +132,47 @@ def test_reshape_strides_agree_with_numpy_views(shape, axes, new) -> None:
         assert got is None
     else:
         assert got is not None and all(g == e for g, e, d in zip(got, expected, new) if d != 1)
+
+
+@pytest.mark.parametrize("views", [
+    lambda t: t.reshape(2, 3, 1, 5, 8).expand(2, 3, 4, 5, 8).reshape(2, 12, 5, 8),            # repeat_kv
+    lambda t: t.reshape(2, 3, 1, 5, 8).expand(2, 3, 4, 5, 8).reshape(2, 12, 1, 5, 8),         # as extraction tidies it
+    lambda t: t.permute(0, 1, 3, 2).reshape(2, 3, 1, 8, 5).expand(2, 3, 4, 8, 5).reshape(2, 12, 8, 5),   # keys^T
+    lambda t: t.reshape(2, 3, 1, 5, 8).expand(2, 3, 4, 5, 8).reshape(2, 12, 5, 8).permute(1, 0, 3, 2),
+], ids=["repeat_kv", "tidied", "transposed", "permuted_after"])
+def test_a_broadcast_axis_merged_into_heads_reads_each_shared_head_by_division(views) -> None:
+    """Grouped-query attention's repeat_kv merges (kv heads, repeats) into heads: the address that `_strided` gives
+    each element (offset + sum((i // group) * stride)) holds the value the views compute, for every element."""
+    g = ts.Graph("views")
+    g.output("y", views(g.input("x", (2, 3, 5, 8), "float32")))
+    base = np.arange(2 * 3 * 5 * 8, dtype=np.float32).reshape(2, 3, 5, 8)
+    expected = ts.evaluate(g, {"x": base})["y"]
+    layout = attention._strided(g.outputs["y"])
+    assert layout is not None and layout.grouped and layout.base.op == Op.INPUT
+    index = np.indices(expected.shape)
+    address = layout.offset + sum((i // group) * stride
+                                  for i, stride, group in zip(index, layout.strides, layout.groups))
+    assert np.array_equal(base.reshape(-1)[address], expected)
+
+
+def test_a_merge_no_stride_or_group_describes_has_no_layout() -> None:
+    """Two axes merged where the inner one is neither contiguous with the outer nor broadcast: no address form."""
+    g = ts.Graph("views")
+    g.output("y", g.input("x", (3, 4, 5), "float32").permute(1, 0, 2).reshape(12, 5))
+    assert attention._strided(g.outputs["y"]) is None
+
+
+@pytest.mark.parametrize("case", sorted(GQA_CASES))
+def test_grouped_query_attention_is_one_kernel_reading_the_shared_kv_heads(case: str) -> None:
+    """q has 3 or 4 times the heads of k and v: one attention kernel reads k and v as given (no repeated copy),
+    query head h reading kv head h / repeats, on mma.sync under a wgmma schedule too (TMA boxes cannot divide)."""
+    graph = gqa_graph(case)
+    repeats = GQA_CASES[case][1] // GQA_CASES[case][2]
+    for schedule in (None, WGMMA_SCHEDULES[0]):
+        program, rendered = attention_program(graph, schedule)
+        assert [k.archetype for k in program.kernels] == ["attention"]
+        assert sorted(program.kernels[0].reads) == ["k", "q", "v"]
+        assert rendered.source.count(f") / {repeats}) * ") == 2 and not rendered.tensor_maps
 
 
 def test_a_product_of_an_attention_of_its_shape_is_not_its_epilogue() -> None:

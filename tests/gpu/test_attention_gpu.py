@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import tensorsmith as ts
-from attention_cases import ATTENTION_CASES, ATTENTION_SCHEDULES, WGMMA_SCHEDULES, attention_graph, attention_program
+from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, GQA_CASES, WGMMA_SCHEDULES, attention_graph,
+                             attention_program, gqa_graph)
 from kernel_launch import assert_cpu_predicts, run_rendered
 from tensorsmith.codegen import attention
 from tensorsmith.model_loader import load_graph
@@ -67,6 +68,14 @@ def test_persistent_blocks_walk_many_query_tiles(schedule: dict[str, int], causa
     graph = attention_graph("persistent", (1, 5, 300, 300, 64, "float16", causal))
     assert attention_program(graph, schedule)[1].grid == (3, 1, 1)
     _check_kernel(graph, schedule)
+
+
+@pytest.mark.parametrize("schedule", [None, *ATTENTION_SCHEDULES[:2], WGMMA_SCHEDULES[0]],
+                         ids=lambda s: "default" if s is None else f"bq{s['bq']}_bkv{s['bkv']}_wgmma{s['wgmma']}")
+@pytest.mark.parametrize("case", sorted(GQA_CASES))
+def test_grouped_query_attention_reads_each_shared_kv_head(case: str, schedule: dict[str, int] | None) -> None:
+    """k and v with a third or a quarter of q's heads, read in place through repeat_kv's views."""
+    _check_kernel(gqa_graph(case), schedule)
 
 
 def test_head_dim_256_matches_reference() -> None:
