@@ -195,7 +195,8 @@ def _tma(match: AttentionMatch, batch: tuple[str, ...], qn: str, kn: str, contex
         specs.append(spec)
         loads[f"{stage[-1]}_loads"] = [   # one box per 64 columns of the head dim, BQ or BKV rows each
             {"map": index, "dst": f"{stage} + {block * rows * 128}",
-             "coords": [str(64 * block) if name == "hd" else starts[name] for name in names]}
+             "coords": [str(64 * block) if name == "hd" else starts[name] if group == 1
+                        else f"{starts[name]} / {group}" for name, group in names]}
             for block in range(dim // 64)]
     consumers, stages = bq // 64, wgmma_stages(bq, bkv, dqk, dv)
     tiles = -(-context["tq"] // bq) * context["batch"]
@@ -217,24 +218,25 @@ def _tma(match: AttentionMatch, batch: tuple[str, ...], qn: str, kn: str, contex
 
 
 def _tma_operand(node: Node, index: tuple[str, ...], row: str, extents: dict[str, int],
-                 box_rows: int) -> tuple[TensorMapSpec, list[str]] | None:
+                 box_rows: int) -> tuple[TensorMapSpec, list[tuple[str, int]]] | None:
     """The tensor map of one operand, dimensions innermost first (the head dim, then by stride), and their index
-    names; None where TMA cannot copy it: not a view of an input buffer from its start, a broadcast or repeated
-    axis, the head dim not contiguous, or a stride not in whole 16-byte steps."""
+    names with their groups (a grouped-query head axis: the coordinate is the head / group); None where TMA cannot
+    copy it: not a view of an input buffer from its start, a broadcast or repeated axis, the head dim not
+    contiguous, or a stride not in whole 16-byte steps."""
     layout = _strided(node)
-    if layout is None or layout.base.op != Op.INPUT or layout.offset != 0 or layout.grouped:
+    if layout is None or layout.base.op != Op.INPUT or layout.offset != 0:
         return None
-    base, strides = layout.base, layout.strides
-    terms = [(name, stride) for name, stride in zip(index, strides) if name != "0"]
-    names = [name for name, _ in terms]
-    if (len(set(names)) != len(names) or len(terms) > TMA_MAX_RANK or ("hd", 1) not in terms or row not in names
-            or any(stride == 0 or stride % CHUNK for name, stride in terms if name != "hd")):
+    terms = [(name, stride, group) for name, stride, group in zip(index, layout.strides, layout.groups) if name != "0"]
+    names = [name for name, _, _ in terms]
+    if (len(set(names)) != len(names) or len(terms) > TMA_MAX_RANK or ("hd", 1, 1) not in terms or row not in names
+            or any(group != 1 and name == row for name, _, group in terms)
+            or any(stride == 0 or stride % CHUNK for name, stride, _ in terms if name != "hd")):
         return None
     ordered = sorted(terms, key=lambda term: (term[0] != "hd", term[1]))
-    spec = TensorMapSpec(base.arg, tuple(extents[name] for name, _ in ordered),
-                         tuple(MMA_BYTES * stride for _, stride in ordered[1:]),
-                         tuple(64 if name == "hd" else box_rows if name == row else 1 for name, _ in ordered))
-    return spec, [name for name, _ in ordered]
+    spec = TensorMapSpec(layout.base.arg, tuple(extents[name] // group for name, _, group in ordered),
+                         tuple(MMA_BYTES * stride for _, stride, _ in ordered[1:]),
+                         tuple(64 if name == "hd" else box_rows if name == row else 1 for name, _, _ in ordered))
+    return spec, [(name, group) for name, _, group in ordered]
 
 
 def _row_load(node: Node, index: tuple[str, ...], match: AttentionMatch) -> dict:

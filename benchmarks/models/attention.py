@@ -1,5 +1,5 @@
-"""Attention as models call it: causal prefill, grouped-query decode over a cache (with repeat_kv, as Llama's
-code does), and single-query multi-head decode."""
+"""Attention as models call it: causal prefill (every head its own keys, and grouped-query), grouped-query decode
+over a cache (with repeat_kv, as Llama's code does), and single-query multi-head decode."""
 import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.bench import Case, causal_attention_flops
@@ -33,6 +33,21 @@ def prefill_causal(shape: tuple[int, int, int] = PREFILL) -> ts.Graph:
     return g
 
 
+def prefill_gqa(shape: tuple[int, int, int] = PREFILL, repeats: int = DECODE_HEADS // DECODE_KV_HEADS) -> ts.Graph:
+    """Causal prefill with grouped-query heads (Llama 3's 32 query heads over 8 kv heads): repeat_kv, then attention."""
+    batch, heads, tokens = shape
+    g = ts.Graph("attention_prefill_gqa" if shape == PREFILL else "attention_prefill_gqa_small")
+    q = g.input("q", (batch, heads, tokens, HEAD_DIM), "float16")
+    k, v = (repeat_kv(g.input(name, (batch, heads // repeats, tokens, HEAD_DIM), "float16"), repeats) for name in "kv")
+    g.output("y", nn.attention(q, k, v, causal=True))
+    return g
+
+
+def torch_prefill_gqa(q, k, v):
+    times = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q, torch_repeat_kv(k, times), torch_repeat_kv(v, times), is_causal=True)
+
+
 def decode(kv_heads: int) -> ts.Graph:
     g = ts.Graph(f"attention_decode_{'gqa' if kv_heads < DECODE_HEADS else 'mha'}")
     q = g.input("q", (DECODE_BATCH, DECODE_HEADS, 1, HEAD_DIM), "float16")
@@ -52,6 +67,8 @@ batch, heads, tokens = PREFILL
 CASES = [
     Case(prefill_causal(), lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), "attention",
          flops=causal_attention_flops(batch, heads, tokens, HEAD_DIM), note="FLOPs of the unmasked half"),
+    Case(prefill_gqa(), torch_prefill_gqa, "attention", flops=causal_attention_flops(batch, heads, tokens, HEAD_DIM),
+         note="FLOPs of the unmasked half"),
     Case(decode(DECODE_KV_HEADS), torch_decode_gqa, "attention"),
     Case(decode(DECODE_HEADS), lambda q, k, v: F.scaled_dot_product_attention(q, k, v), "attention"),
 ]

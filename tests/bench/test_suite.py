@@ -69,6 +69,7 @@ def test_a_case_with_a_std_for_an_unknown_input_is_refused() -> None:
 SMALL = {"gated_mlp_2048": ("fused", "gated_mlp", 64), "gated_mlp_128": ("fused", "gated_mlp", 8),
          "lora_128": ("fused", "lora", 8), "gpt2_mlp_4096": ("fused", "gpt2_mlp", 64),
          "attention_prefill_causal": ("attention", "prefill_causal", (1, 2, 64)),
+         "attention_prefill_gqa": ("attention", "prefill_gqa", (1, 8, 64)),
          "llama_block_2048": ("blocks", "llama_block", 24), "llama_block_128": ("blocks", "llama_block", 8),
          "gpt2_block": ("blocks", "gpt2_block", 16)}
 FULL_SIZE_LIMIT = 3e9     # FLOPs + bytes above which a case is skipped here (its small twin stands for it)
