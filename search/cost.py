@@ -110,54 +110,86 @@ def program_seconds(program: KernelProgram, target: Target) -> float:
 
 def kernel_cost(kernel: Kernel, program: KernelProgram, target: Target) -> KernelCost:
     """Occupancy, waves and the roofline of each wave for `kernel` under its schedule."""
-    shapes = {name: buf.shape for name, buf in program.buffers.items()}
+    pricing = KernelPricing(kernel, program, target)
     try:
-        schedule = schedule_of(kernel, shapes, target)
-        geometry = launch_geometry(kernel, shapes, schedule)
+        schedule = schedule_of(kernel, pricing.shapes, target)
     except NotFusable:
-        return KernelCost(math.inf, 0.0, 0.0, 0.0, 0, 0, 0, 0.0, math.inf, "illegal")
-    vec = schedule.as_dict().get("vec", 1)
-    work = kernel_work(kernel, vec)
-    dram = kernel_bytes(kernel, program)
-    loaded = sum(count * program.buffers[name].dtype.itemsize for name, count in work.loads)
-    cache = max(0.0, loaded - sum(program.buffers[name].nbytes for name in kernel.reads))
-    if kernel.archetype == "matmul":
-        work, cache = _matmul_work(kernel, shapes, schedule, program)
-    elif kernel.archetype == "attention":
-        work, cache = _attention_work(kernel, schedule, program, target)
-    blocks, threads = geometry.blocks, geometry.threads
-    registers = registers_per_thread(kernel, schedule, shapes, work)
-    per_sm = blocks_per_sm(target, threads, registers, geometry.shared_bytes)
-    if per_sm == 0:
-        return KernelCost(math.inf, dram, cache, work.flops, blocks, 0, 0, 0.0, math.inf, "illegal")
-    slots = geometry.slots or cluster_slots(target, per_sm, _cluster_size(kernel, schedule))
-    waves = -(-blocks // slots)
-    warps = -(-threads // WARP)
-    in_flight_per_warp = WARP * geometry.access_bytes * geometry.loads_in_flight
-    critical = critical_path(kernel, geometry, work, target)
+        return ILLEGAL
+    return pricing.cost(schedule)
 
-    def wave(blocks_in_wave: int) -> tuple[float, str]:
-        busy = min(target.sm_count, blocks_in_wave)
-        resident = -(-blocks_in_wave // busy)
-        share = blocks_in_wave / blocks / busy          # this wave's share of the kernel, per busy SM
-        share_cap = TMA_DRAM_SHARE if geometry.engine == "wgmma" else 1.0
-        sm_bandwidth = min(target.hbm_bytes_per_s / busy, share_cap * target.hbm_bytes_per_s / target.sm_count,
-                           resident * warps * in_flight_per_warp / target.dram_latency_s)
-        rate, busy_warps = {"wgmma": (target.wgmma_flops, TENSOR_WARPS), "mma": (target.mma_sync_flops, TENSOR_WARPS),
-                            "cuda": (target.fp32_flops, ALU_WARPS)}[geometry.engine]
-        alu = rate / target.sm_count * min(1.0, resident * warps / busy_warps)
-        times = {"dram": dram * share / sm_bandwidth,
-                 "cache": cache * share / (target.l2_bytes_per_s / target.sm_count),
-                 "compute": work.flops * share / alu + geometry.tile_steps * share * ATTENTION_STEP_S / resident,
-                 "latency": critical}
-        bound = max(times, key=times.__getitem__)
-        return times[bound], bound
 
-    full_time, bound = wave(min(blocks, slots))
-    tail_blocks = blocks - (waves - 1) * slots
-    seconds = (waves - 1) * full_time + wave(tail_blocks)[0] + target.launch_s
-    occupancy = min(blocks, slots) / target.sm_count * warps / (target.max_threads_per_sm // WARP)
-    return KernelCost(seconds, dram, cache, work.flops, blocks, per_sm, waves, min(1.0, occupancy), critical, bound)
+ILLEGAL = KernelCost(math.inf, 0.0, 0.0, 0.0, 0, 0, 0, 0.0, math.inf, "illegal")
+
+
+class KernelPricing:
+    """`kernel_cost` of one kernel under many schedules: what does not depend on the schedule (its buffers' shapes
+    and bytes, its work per vector width) is worked out once (search prices hundreds of schedules per kernel)."""
+
+    def __init__(self, kernel: Kernel, program: KernelProgram, target: Target):
+        self.kernel, self.target = kernel, target
+        touched = dict.fromkeys(kernel.reads + kernel.writes)
+        self.shapes = {name: program.buffers[name].shape for name in touched}
+        self.dram = float(sum(program.buffers[name].nbytes for name in kernel.reads + kernel.writes))
+        self.read_bytes = float(sum(program.buffers[name].nbytes for name in kernel.reads))
+        self.itemsizes = {name: program.buffers[name].dtype.itemsize for name in touched}
+        self._work: dict[int, tuple[Work, float]] = {}
+
+    def _work_at(self, vec: int) -> tuple[Work, float]:
+        """The kernel's work at vector width `vec`, and the bytes it loads beyond its buffers (from the caches)."""
+        if vec not in self._work:
+            work = kernel_work(self.kernel, vec)
+            loaded = sum(count * self.itemsizes[name] for name, count in work.loads)
+            self._work[vec] = work, max(0.0, loaded - self.read_bytes)
+        return self._work[vec]
+
+    def cost(self, schedule: Schedule) -> KernelCost:
+        """The model's account of the kernel under `schedule`."""
+        kernel, target, shapes, dram = self.kernel, self.target, self.shapes, self.dram
+        try:
+            geometry = launch_geometry(kernel, shapes, schedule)
+        except NotFusable:
+            return ILLEGAL
+        if kernel.archetype == "matmul":
+            work, cache = _matmul_work(kernel, schedule, self.read_bytes)
+        elif kernel.archetype == "attention":
+            work, cache = _attention_work(kernel, schedule, shapes, self.read_bytes, target)
+        else:
+            work, cache = self._work_at(schedule.as_dict().get("vec", 1))
+        blocks, threads = geometry.blocks, geometry.threads
+        registers = registers_per_thread(kernel, schedule, shapes, work)
+        per_sm = blocks_per_sm(target, threads, registers, geometry.shared_bytes)
+        if per_sm == 0:
+            return KernelCost(math.inf, dram, cache, work.flops, blocks, 0, 0, 0.0, math.inf, "illegal")
+        slots = geometry.slots or cluster_slots(target, per_sm, _cluster_size(kernel, schedule))
+        waves = -(-blocks // slots)
+        warps = -(-threads // WARP)
+        in_flight_per_warp = WARP * geometry.access_bytes * geometry.loads_in_flight
+        critical = critical_path(kernel, geometry, work, target)
+
+        def wave(blocks_in_wave: int) -> tuple[float, str]:
+            busy = min(target.sm_count, blocks_in_wave)
+            resident = -(-blocks_in_wave // busy)
+            share = blocks_in_wave / blocks / busy          # this wave's share of the kernel, per busy SM
+            share_cap = TMA_DRAM_SHARE if geometry.engine == "wgmma" else 1.0
+            sm_bandwidth = min(target.hbm_bytes_per_s / busy, share_cap * target.hbm_bytes_per_s / target.sm_count,
+                               resident * warps * in_flight_per_warp / target.dram_latency_s)
+            rate, busy_warps = {"wgmma": (target.wgmma_flops, TENSOR_WARPS),
+                                "mma": (target.mma_sync_flops, TENSOR_WARPS),
+                                "cuda": (target.fp32_flops, ALU_WARPS)}[geometry.engine]
+            alu = rate / target.sm_count * min(1.0, resident * warps / busy_warps)
+            times = {"dram": dram * share / sm_bandwidth,
+                     "cache": cache * share / (target.l2_bytes_per_s / target.sm_count),
+                     "compute": work.flops * share / alu + geometry.tile_steps * share * ATTENTION_STEP_S / resident,
+                     "latency": critical}
+            bound = max(times, key=times.__getitem__)
+            return times[bound], bound
+
+        full_time, bound = wave(min(blocks, slots))
+        tail_blocks = blocks - (waves - 1) * slots
+        seconds = (waves - 1) * full_time + wave(tail_blocks)[0] + target.launch_s
+        occupancy = min(blocks, slots) / target.sm_count * warps / (target.max_threads_per_sm // WARP)
+        return KernelCost(seconds, dram, cache, work.flops, blocks, per_sm, waves, min(1.0, occupancy), critical,
+                          bound)
 
 
 @dataclass(frozen=True)
@@ -332,18 +364,24 @@ def _work(kernel: Kernel, vec: int) -> Work:
                 registers_rows)
 
 
-def _matmul_work(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule: Schedule,
-                 program: KernelProgram) -> tuple[Work, float]:
+def _matmul_work(kernel: Kernel, schedule: Schedule, read_bytes: float) -> tuple[Work, float]:
     """Tensor-core FLOPs of whole tiles, and the operand tiles that every block re-reads from the caches."""
-    match = next(found for n in kernel.body if n.op == Op.SUM and (found := tensor_core_match(n)) is not None)
-    m, n, k = match.dims
-    batches = max(1, math.prod(match.batch_shape))
+    m, n, k, batches = _matmul_dims(kernel.outputs)
     bm, bn = schedule["bm"], schedule["bn"]
     itemsize = MMA_BYTES
     rereads = batches * k * (m * (-(-n // bn)) + n * (-(-m // bm))) * itemsize
-    cache = max(0.0, rereads - sum(program.buffers[name].nbytes for name in kernel.reads))
+    cache = max(0.0, rereads - read_bytes)
     padded_m, padded_n = -(-m // bm) * bm, -(-n // bn) * bn   # the tensor cores compute whole tiles
     return Work(2.0 * batches * padded_m * padded_n * k, (), 1, 0), cache
+
+
+@lru_cache(maxsize=1024)
+def _matmul_dims(outputs: tuple) -> tuple[int, int, int, int]:
+    """(M, N, K, batches) of the kernel's tensor-core matmul."""
+    body = toposort([node for _, node in outputs])
+    match = next(found for n in body if n.op == Op.SUM and (found := tensor_core_match(n)) is not None)
+    m, n, k = match.dims
+    return m, n, k, max(1, math.prod(match.batch_shape))
 
 
 ATTENTION_SCORE_FLOPS = 24     # per score: the score function, max, exp2 (at TRANSCENDENTAL_FLOPS), sum, rescale
@@ -380,7 +418,8 @@ def _attention_key_tiles(match: attention.AttentionMatch, bq: int, bkv: int) -> 
     return [min(all_tiles, (min(q0 + bq, tq) - 1 + offset) // bkv + 1) for q0 in range(0, tq, bq)]
 
 
-def _attention_work(kernel: Kernel, schedule: Schedule, program: KernelProgram, target: Target) -> tuple[Work, float]:
+def _attention_work(kernel: Kernel, schedule: Schedule, shapes: dict[str, tuple[int, ...]], read_bytes: float,
+                    target: Target) -> tuple[Work, float]:
     """Tensor-core FLOPs of S = QK^T and O += PV over the tiles the kernel visits (whole 16-row warp tiles), the
     softmax's FP32 work in tensor-core units, and the K and V tiles every query tile re-reads from the caches."""
     match = _attention_of(kernel)
@@ -389,11 +428,10 @@ def _attention_work(kernel: Kernel, schedule: Schedule, program: KernelProgram, 
     batches = math.prod(match.batch_shape)
     tiles = sum(_attention_key_tiles(match, bq, bkv))
     scores = float(batches * tiles * bq * bkv)
-    shapes = {name: buf.shape for name, buf in program.buffers.items()}
     tensor_rate = target.wgmma_flops if _attention_on_wgmma(kernel, shapes, schedule) else target.mma_sync_flops
     flops = 2.0 * scores * (dqk + dv) + scores * ATTENTION_SCORE_FLOPS * tensor_rate / target.fp32_flops
     rereads = batches * tiles * bkv * (dqk + dv) * MMA_BYTES
-    cache = max(0.0, rereads - sum(program.buffers[name].nbytes for name in kernel.reads))
+    cache = max(0.0, rereads - read_bytes)
     return Work(flops, (), 1, 0), cache
 
 

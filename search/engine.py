@@ -42,7 +42,7 @@ from .exact import check_exact, evaluation_size
 from .mcts import MCTSConfig, Root, mcts
 from .partition import partition, unfused
 from .prune import AbstractChecker
-from .space import Boundaries, Candidate, CandidateSpace, SpaceStats
+from .space import Boundaries, Candidate, CandidateSpace, ScheduleOptions, SpaceStats
 from .verify import Check, Draw, NoiseOnlyError, VerificationError, reference_draw, softmax_like, verify_program
 
 log = logging.getLogger(__name__)
@@ -291,7 +291,8 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     target = get_target(target) if isinstance(target, str) else target
     cfg = config or SearchConfig(BeamConfig(seed=seed), MCTSConfig(seed=seed))
     checker, stats = AbstractChecker(), SpaceStats()
-    spaces = [CandidateSpace(g, target, checker, stats, form) for form, g in enumerate([graph, *forms])]
+    scheduled: dict[tuple, ScheduleOptions] = {}
+    spaces = [CandidateSpace(g, target, checker, stats, form, scheduled) for form, g in enumerate([graph, *forms])]
     _check_forms(spaces, reference or graph, seed)
     run = _Run(spaces, reference or graph, seed, cfg, start + budget_s, start + budget_s, measure, progress,
                draws=draws if draws is not None else {})

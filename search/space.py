@@ -24,7 +24,7 @@ from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.targets import Target
 
-from .cost import kernel_seconds
+from .cost import KernelPricing
 from .partition import computed_operands, inside_operands, legalise, materialisable
 from .prune import AbstractChecker, feasible_schedules, kernel_facts, schedule_space_size
 
@@ -82,6 +82,8 @@ class CandidateSpace:
     checker: AbstractChecker = field(default_factory=AbstractChecker)
     stats: SpaceStats = field(default_factory=SpaceStats)
     form: int = 0
+    scheduled: dict[tuple, ScheduleOptions] = field(default_factory=dict)   # by kernel structure; the spaces of one
+                                                 # search's forms share it, since their kernels are often the same
 
     def __post_init__(self) -> None:
         self.nodes = self.graph.nodes()
@@ -91,7 +93,6 @@ class CandidateSpace:
         self._programs: dict[Boundaries, KernelProgram] = {}
         self._legal: dict[Boundaries, Boundaries] = {}
         self._by_structure: dict[str, Boundaries] = {}
-        self._options: dict[tuple, ScheduleOptions] = {}
         self._reference = self.checker.graph_terms(self.graph)
         self._expression_ok: dict[Boundaries, bool] = {}
         self.refuted = False     # the form's graph computes another function than the user's: no candidates
@@ -186,9 +187,9 @@ class CandidateSpace:
         program = self.program(boundaries)
         kernel = program.kernels[position]
         key = kernel_structure(kernel, program)
-        if key not in self._options:
-            self._options[key] = self._schedule(program, position)
-        return self._options[key]
+        if key not in self.scheduled:
+            self.scheduled[key] = self._schedule(program, position)
+        return self.scheduled[key]
 
     def best_rank(self, boundaries: Boundaries) -> float:
         """The rank (`rank`) of `boundaries` with every kernel at its preferred (first) feasible schedule."""
@@ -243,14 +244,14 @@ class CandidateSpace:
             return ScheduleOptions((), (), ())
         self.stats.schedules_considered += schedule_space_size(kernel.archetype)
         costed: list[tuple[float, int, Schedule]] = []
+        pricing = KernelPricing(kernel, program, self.target)
         for order, verdict in enumerate(feasible_schedules(facts, self.target)):
             if verdict.violated is not None:
                 self.stats.pruned_schedule_z3 += 1
             elif not is_valid(kernel.archetype, verdict.schedule):
                 self.stats.invalid_schedule += 1
             else:
-                trial = dataclasses.replace(kernel, schedule=verdict.schedule)
-                seconds = kernel_seconds(trial, _with_kernel(program, position, trial), self.target)
+                seconds = pricing.cost(verdict.schedule).seconds
                 if math.isfinite(seconds):
                     costed.append((seconds, -1 if verdict.schedule == default else order, verdict.schedule))
         costed.sort(key=lambda item: (item[0], item[1]))

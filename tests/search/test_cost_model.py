@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from graph_cases import decoder_block
+
 import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.ir.kernel_program import KernelProgram, Schedule
 from tensorsmith.ir.targets import get_target
-from tensorsmith.search.cost import kernel_cost, kernel_work, program_seconds
+from tensorsmith.search.cost import KernelPricing, kernel_cost, kernel_work, program_seconds
 from tensorsmith.search.partition import partition, unfused
+from tensorsmith.search.prune import feasible_schedules, kernel_facts
 
 SM90 = get_target("sm90")
 
@@ -106,3 +109,25 @@ def test_wgmma_attention_is_priced_on_its_own_launch_and_faster_than_mma_sync() 
     fast, slow = kernel_cost(wgmma.kernels[0], wgmma, SM90), kernel_cost(mma_sync.kernels[0], mma_sync, SM90)
     assert fast.blocks == slow.blocks == 16 * 4 * 32 and fast.blocks_per_sm == 1   # 225 KB of shared memory
     assert fast.seconds < 0.7 * slow.seconds      # measured on the H200: 372 against 672 us
+
+
+def test_pricing_a_kernel_once_for_many_schedules_gives_each_schedules_own_cost() -> None:
+    """KernelPricing (the search's way: what the schedule does not change worked out once) against kernel_cost of
+    the kernel carrying each schedule, over every feasible schedule of a decoder block's kernels (matmuls with
+    prologues, attention, row reductions, pointwise)."""
+    program = partition(decoder_block())
+    shapes = {name: buffer.shape for name, buffer in program.buffers.items()}
+    compared = set()
+    for position, kernel in enumerate(program.kernels):
+        pricing = KernelPricing(kernel, program, SM90)
+        for verdict in feasible_schedules(kernel_facts(kernel, shapes), SM90):
+            if verdict.violated is None:
+                trial = scheduled_at(program, position, verdict.schedule)
+                assert pricing.cost(verdict.schedule) == kernel_cost(trial.kernels[position], trial, SM90)
+                compared.add(kernel.archetype)
+    assert compared == {"matmul", "attention", "row_reduce", "pointwise"}
+
+
+def scheduled_at(program: KernelProgram, position: int, schedule: Schedule) -> KernelProgram:
+    kernel = dataclasses.replace(program.kernels[position], schedule=schedule)
+    return dataclasses.replace(program, kernels=[*program.kernels[:position], kernel, *program.kernels[position + 1:]])

@@ -17,7 +17,7 @@ from tensorsmith.search.cost import program_seconds
 from tensorsmith.search.engine import SearchConfig, SearchProgress, search_program
 from tensorsmith.search.mcts import MCTSConfig
 from tensorsmith.search.partition import partition
-from tensorsmith.search.space import CandidateSpace, program_structure
+from tensorsmith.search.space import CandidateSpace, SpaceStats, program_structure
 from tensorsmith.search.verify import verify_program
 
 SM90 = get_target("sm90")
@@ -157,3 +157,16 @@ def test_codegens_default_schedule_is_always_among_a_kernels_options() -> None:
     options = space.options(boundaries, 0)
     assert default_schedule(program.kernels[0], shapes) in options.schedules
     assert list(options.seconds) == sorted(options.seconds)
+
+
+def test_the_forms_of_one_search_schedule_each_kernel_structure_once() -> None:
+    """Two forms whose greedy programs have the same kernels (here two builds of one graph): the second form's
+    options come from the first's scheduling (search shares `scheduled` between its forms' spaces), not again."""
+    shared, stats = {}, SpaceStats()
+    first, second = (CandidateSpace(CASES["decoder_block"](), get_target("sm90"), stats=stats, form=form,
+                                    scheduled=shared) for form in (0, 1))
+    options = [first.options(first.greedy(), p) for p in range(len(first.program(first.greedy()).kernels))]
+    scheduled = stats.kernels_scheduled
+    assert scheduled == len(shared) > 1
+    again = [second.options(second.greedy(), p) for p in range(len(second.program(second.greedy()).kernels))]
+    assert stats.kernels_scheduled == scheduled and again == options
