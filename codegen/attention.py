@@ -17,6 +17,7 @@ coordinates and the sizes fit its tiling; elsewhere the same schedule renders th
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -117,11 +118,18 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     tq, tk, dqk, dv = match.dims
     names = attention_index(match.output.srcs[0].shape, ("qi", "kj", "hd"))
     batch, (qn, kn) = names[:-3], names[-3:-1]
-    coords = [(b, expr) for b, expr in zip(batch, delinearize("batch", match.batch_shape)) if b != "0"]
-    rows = {"q": _row_load(match.q, batch + (qn, "hd", "0"), match),
-            "k": _row_load(match.k, batch + ("0", "hd", kn), match),
-            "v": _row_load(match.v, batch + ("0", kn, "hd"), match)}
-    score = _score_code(shapes, match, match.score, batch + (qn, kn))
+    stacked = None if schedule.as_dict().get("wgmma") else stacked_heads(match)
+    heads, q_batch, query, rows_per_head = match.batch_shape, batch, qn, tq
+    if stacked is not None:   # a block's rows: the queries of the `group` query heads that share one kv head
+        axis, group = stacked
+        heads = heads[:axis] + (heads[axis] // group,) + heads[axis + 1:]
+        q_batch = batch[:axis] + (f"({batch[axis]}) * {group} + (qi) / {tq}",) + batch[axis + 1:]   # qi: the row
+        query, rows_per_head = (f"(qi) % {tq}" if tq > 1 else "0"), tq * group
+    coords = [(b, expr) for b, expr in zip(batch, delinearize("batch", heads)) if b != "0"]
+    rows = {"q": _row_load(match.q, q_batch + (query, "hd", "0"), match),
+            "k": _row_load(match.k, batch + ("0", "hd", kn), match, divide=stacked is None),
+            "v": _row_load(match.v, batch + ("0", kn, "hd"), match, divide=stacked is None)}
+    score = _score_code(shapes, match, match.score, q_batch + (query, kn))
     offset = match.causal_offset
     unmasked = None
     if match.mask is not None:      # tiles every query of a warp sees whole skip the mask's arithmetic
@@ -129,28 +137,55 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     skip = skips_masked_tiles(match)
     bq, bkv = schedule["bq"], schedule["bkv"]
     warps, split = warps_and_split(bq)
-    batches = math.prod(match.batch_shape)
+    batches = math.prod(heads)
     mma_type, _ = MMA_TYPES[match.v.dtype]
-    how = (f"one block per {bq} queries of a head, {warps} warps; K and V tiles of {bkv} keys double-buffered by"
+    how = (f"one block per {bq} queries of a head{'' if stacked is None else ' group'}, {warps} warps; K and V tiles of {bkv} keys double-buffered by"
            f" cp.async; S = QK^T and O += PV on tensor cores (mma.sync m16n8k16, {mma_type} -> float), online"
            " softmax in registers")
     if split > 1:
         how += f"; the {split} warps split the key tiles and merge their partial results in shared memory"
     if skip:
         how += "; key tiles past the causal diagonal skipped"
+    if stacked is not None:
+        how += (f"; the {stacked[1]} query heads of each kv head stacked as its {rows_per_head} query rows, so that"
+                " its K and V are read once")
     context = {
-        "coords": coords, "batch": batches, "tq": tq, "tk": tk, "dqk": dqk, "dv": dv, "bq": bq, "bkv": bkv,
+        "coords": coords, "batch": batches, "tq": rows_per_head, "tk": tk, "dqk": dqk, "dv": dv, "bq": bq, "bkv": bkv,
         "warps": warps, "split": split, "mma_type": mma_type, **rows,
         "score": score, "score_unmasked": unmasked, "mask_offset": offset if match.mask is not None else None,
         "skip_masked": skip, "exp_scale": c_literal(match.exp_scale, DType.FLOAT32),
-        "epilogue": _epilogue(shapes, match, name, out, batch, qn),
-        "pair_store": _pair_store(shapes, match, name, out, batch, qn),
-        "block": (32 * warps, 1, 1), "grid": (-(-tq // bq) * batches, 1, 1),
+        "epilogue": _epilogue(shapes, match, name, out, q_batch, query),
+        "pair_store": _pair_store(shapes, match, name, out, q_batch, query),
+        "block": (32 * warps, 1, 1), "grid": (-(-rows_per_head // bq) * batches, 1, 1),
         "shared_bytes": shared_bytes(bq, bkv, dqk, dv), "strategy": how,
     }
     if schedule.as_dict().get("wgmma"):   # else (or where TMA cannot take the operands) mma.sync, as above
         context.update(_tma(match, batch, qn, kn, context))
     return context
+
+
+def stacked_heads(match: AttentionMatch) -> tuple[int, int] | None:
+    """(batch axis, group) where k and v are both read through one grouped-query head axis (`Strided`) and no mask
+    depends on the query: then the `group` query heads that share a kv head can be one block's query rows, their
+    queries stacked, and the kv head's K and V tiles serve them all (else each query head reads them again)."""
+    if match.mask is not None:
+        return None
+    layouts = [_strided(match.k), _strided(match.v)]
+    grouped = {tuple((axis, group) for axis, group in enumerate(layout.groups) if group != 1)
+               for layout in layouts if layout is not None}
+    if len(grouped) != 1 or None in layouts:
+        return None
+    (axes,) = grouped
+    return axes[0] if len(axes) == 1 and axes[0][0] < len(match.batch_shape) else None
+
+
+def query_rows(match: AttentionMatch, schedule: Schedule) -> tuple[int, int]:
+    """(query rows per block row range, how many such ranges): each head's queries, or where `stacked_heads` applies
+    (mma.sync), the queries of each kv head's query heads together."""
+    tq = match.dims[0]
+    heads = math.prod(match.batch_shape)
+    stacked = None if schedule.as_dict().get("wgmma") else stacked_heads(match)
+    return (tq, heads) if stacked is None else (tq * stacked[1], heads // stacked[1])
 
 
 def wgmma_stages(bq: int, bkv: int, dqk: int, dv: int) -> int:
@@ -239,12 +274,14 @@ def _tma_operand(node: Node, index: tuple[str, ...], row: str, extents: dict[str
     return spec, [(name, group) for name, _, group in ordered]
 
 
-def _row_load(node: Node, index: tuple[str, ...], match: AttentionMatch) -> dict:
+def _row_load(node: Node, index: tuple[str, ...], match: AttentionMatch, divide: bool = True) -> dict:
     """Where one row of an operand starts in its buffer: the operand must be views of a buffer of the tensor
     cores' dtype, contiguous along the head dimension in 16-byte chunks; otherwise NotFusable names the node to
-    give a buffer of its own."""
+    give a buffer of its own. Without `divide`, a grouped axis's index is already the shared head's."""
     layout = _strided(node)
     if layout is not None and layout.base.op == Op.INPUT:
+        if not divide:
+            layout = dataclasses.replace(layout, groups=(1,) * len(layout.groups))
         rows = _row_offset(index, layout)
         if rows is not None:
             return {"buffer": layout.base.arg, "offset": rows}

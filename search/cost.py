@@ -235,14 +235,15 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
         match = _attention_of(kernel)
         _, _, dqk, dv = match.dims
         warps, split = attention.warps_and_split(params["bq"])
-        tiles = _attention_key_tiles(match, params["bq"], params["bkv"])
-        steps = sum(tiles) * math.prod(match.batch_shape) / split
+        rows, heads = attention.query_rows(match, schedule)
+        tiles = _attention_key_tiles(match, params["bq"], params["bkv"], rows)
+        steps = sum(tiles) * heads / split
         if _attention_on_wgmma(kernel, shapes, schedule):   # TMA copies a whole tile at once: one load in flight
-            return Geometry(len(tiles) * math.prod(match.batch_shape), attention.TMA_THREADS,
+            return Geometry(len(tiles) * heads, attention.TMA_THREADS,
                             attention.wgmma_shared_bytes(params["bq"], params["bkv"], dqk, dv), 16,
                             attention.wgmma_stages(params["bq"], params["bkv"], dqk, dv), max(tiles), "wgmma", steps)
         copies = params["bkv"] * (dqk + dv) // 8 // (WARP * warps // split)
-        return Geometry(len(tiles) * math.prod(match.batch_shape), WARP * warps,
+        return Geometry(len(tiles) * heads, WARP * warps,
                         attention.shared_bytes(params["bq"], params["bkv"], dqk, dv), 16, max(1, copies),
                         -(-max(tiles) // split), "mma", steps)
     plan = row_plan(kernel)
@@ -408,12 +409,13 @@ def _renders_attention_tma(name: str, outputs: tuple, shapes_key: tuple, schedul
     return attention.attention_body(kernel, dict(shapes_key), schedule).get("template") == "attention_tma"
 
 
-def _attention_key_tiles(match: attention.AttentionMatch, bq: int, bkv: int) -> list[int]:
-    """Key tiles each query tile visits, as the template counts them (skipping tiles past a causal diagonal)."""
+def _attention_key_tiles(match: attention.AttentionMatch, bq: int, bkv: int, rows: int | None = None) -> list[int]:
+    """Key tiles each query tile visits, as the template counts them (skipping tiles past a causal diagonal);
+    `rows`: the query rows of a block's head or heads (`attention.query_rows`), the queries of one head if None."""
     tq, tk, _, _ = match.dims
     all_tiles = -(-tk // bkv)
     if not attention.skips_masked_tiles(match):
-        return [all_tiles] * -(-tq // bq)
+        return [all_tiles] * -(-(rows or tq) // bq)
     offset = match.causal_offset or 0
     return [min(all_tiles, (min(q0 + bq, tq) - 1 + offset) // bkv + 1) for q0 in range(0, tq, bq)]
 
@@ -425,8 +427,8 @@ def _attention_work(kernel: Kernel, schedule: Schedule, shapes: dict[str, tuple[
     match = _attention_of(kernel)
     _, _, dqk, dv = match.dims
     bq, bkv = schedule["bq"], schedule["bkv"]
-    batches = math.prod(match.batch_shape)
-    tiles = sum(_attention_key_tiles(match, bq, bkv))
+    rows, batches = attention.query_rows(match, schedule)
+    tiles = sum(_attention_key_tiles(match, bq, bkv, rows))
     scores = float(batches * tiles * bq * bkv)
     tensor_rate = target.wgmma_flops if _attention_on_wgmma(kernel, shapes, schedule) else target.mma_sync_flops
     flops = 2.0 * scores * (dqk + dv) + scores * ATTENTION_SCORE_FLOPS * tensor_rate / target.fp32_flops

@@ -55,6 +55,7 @@ def attention_graph(name: str, case: Case) -> ts.Graph:
 GQA_CASES: dict[str, tuple[int, int, int, int, int, int, str, bool]] = {
     "gqa_decode_fp16_d128_1x300": (2, 8, 2, 1, 300, 128, "float16", False),
     "gqa_prefill_bf16_d64_100_causal": (1, 6, 2, 100, 100, 64, "bfloat16", True),
+    "gqa_queries_bf16_d64_5x200": (1, 8, 2, 5, 200, 64, "bfloat16", False),
 }
 
 

@@ -165,13 +165,21 @@ def test_a_merge_no_stride_or_group_describes_has_no_layout() -> None:
 @pytest.mark.parametrize("case", sorted(GQA_CASES))
 def test_grouped_query_attention_is_one_kernel_reading_the_shared_kv_heads(case: str) -> None:
     """q has 3 or 4 times the heads of k and v: one attention kernel reads k and v as given (no repeated copy),
-    query head h reading kv head h / repeats: by address on mma.sync, by a TMA coordinate on wgmma."""
+    query head h reading kv head h / repeats: on mma.sync without a mask, the query heads of a kv head as one block's
+    rows; with one, by address; on wgmma by a TMA coordinate."""
     graph = gqa_graph(case)
-    _, heads, kv_heads, _, keys, dim, _, _ = GQA_CASES[case]
+    batch, heads, kv_heads, queries, keys, dim, _, _ = GQA_CASES[case]
     repeats = heads // kv_heads
     program, rendered = attention_program(graph, ATTENTION_SCHEDULES[0])
     assert [k.archetype for k in program.kernels] == ["attention"] and sorted(program.kernels[0].reads) == ["k", "q", "v"]
-    assert rendered.source.count(f") / {repeats}) * ") == 2
+    match = attention.kernel_attention(program.kernels[0].outputs[0][1])
+    if match.mask is None:   # each block's rows: the queries of the query heads of one kv head, stacked
+        assert attention.stacked_heads(match) == (1, repeats) and f"stacked as its {repeats * queries}" in rendered.source
+        assert rendered.grid == (-(-repeats * queries // 16) * batch * kv_heads, 1, 1)
+        assert f"(b1) * {repeats} + (qi) / {queries}" in rendered.source
+    else:                    # the causal mask depends on the query: each query head its own block, dividing
+        assert attention.stacked_heads(match) is None
+        assert rendered.source.count(f") / {repeats}) * ") == 2
     _, rendered = attention_program(graph, WGMMA_SCHEDULES[0])
     if case.startswith("gqa_prefill"):
         assert [m.dims for m in rendered.tensor_maps[1:]] == [(dim, keys, kv_heads)] * 2
