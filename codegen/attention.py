@@ -139,7 +139,8 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     warps, split = warps_and_split(bq)
     batches = math.prod(heads)
     mma_type, _ = MMA_TYPES[match.v.dtype]
-    how = (f"one block per {bq} queries of a head{'' if stacked is None else ' group'}, {warps} warps; K and V tiles of {bkv} keys double-buffered by"
+    of_heads = "a head" if stacked is None else "a group of heads"
+    how = (f"one block per {bq} queries of {of_heads}, {warps} warps; K and V tiles of {bkv} keys double-buffered by"
            f" cp.async; S = QK^T and O += PV on tensor cores (mma.sync m16n8k16, {mma_type} -> float), online"
            " softmax in registers")
     if split > 1:
@@ -171,9 +172,10 @@ def stacked_heads(match: AttentionMatch) -> tuple[int, int] | None:
     if match.mask is not None:
         return None
     layouts = [_strided(match.k), _strided(match.v)]
-    grouped = {tuple((axis, group) for axis, group in enumerate(layout.groups) if group != 1)
-               for layout in layouts if layout is not None}
-    if len(grouped) != 1 or None in layouts:
+    if layouts[0] is None or layouts[1] is None:
+        return None
+    grouped = {tuple((axis, group) for axis, group in enumerate(layout.groups) if group != 1) for layout in layouts}
+    if len(grouped) != 1:
         return None
     (axes,) = grouped
     return axes[0] if len(axes) == 1 and axes[0][0] < len(match.batch_shape) else None
