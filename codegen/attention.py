@@ -171,10 +171,10 @@ def stacked_heads(match: AttentionMatch) -> tuple[int, int] | None:
     queries stacked, and the kv head's K and V tiles serve them all (else each query head reads them again)."""
     if match.mask is not None:
         return None
-    layouts = [_strided(match.k), _strided(match.v)]
-    if layouts[0] is None or layouts[1] is None:
+    k, v = _strided(match.k), _strided(match.v)
+    if k is None or v is None:
         return None
-    grouped = {tuple((axis, group) for axis, group in enumerate(layout.groups) if group != 1) for layout in layouts}
+    grouped = {tuple((axis, group) for axis, group in enumerate(layout.groups) if group != 1) for layout in (k, v)}
     if len(grouped) != 1:
         return None
     (axes,) = grouped
