@@ -149,8 +149,16 @@ def _moves_work(classes: EClasses, before: dict[int, ENode], after: dict[int, EN
 
 
 def _change(classes: EClasses, before: dict[int, ENode], after: dict[int, ENode], c: int) -> str:
-    """One e-class's term before and after a choice, as a person reads them."""
-    return f"{term_text(classes, before, c)} -> {term_text(classes, after, c)}"
+    """One e-class's term before and after a choice, as a person reads them: as deep as they first differ (up to
+    CHANGE_DEPTH), or, where they differ only in views (which the text leaves out), saying so."""
+    for depth in range(TEXT_DEPTH, CHANGE_DEPTH + 1):
+        old, new = term_text(classes, before, c, depth), term_text(classes, after, c, depth)
+        if old != new:
+            return f"{old} -> {new}"
+    return f"{term_text(classes, before, c)}, its views rearranged"
+
+
+CHANGE_DEPTH = 8   # the deepest text a form's change is shown at
 
 
 def _difference(classes: EClasses, before: dict[int, ENode], after: dict[int, ENode]) -> str:
@@ -167,8 +175,7 @@ def _difference(classes: EClasses, before: dict[int, ENode], after: dict[int, EN
             return _change(classes, before, after, c)
         if old != new:
             order.extend(before[c].children)
-    roots = list(classes.roots.values())
-    return " ; ".join(f"{term_text(classes, before, r)} -> {term_text(classes, after, r)}" for r in roots)
+    return " ; ".join(_change(classes, before, after, r) for r in classes.roots.values())
 
 
 def canonical_hash(graph: Graph) -> str:

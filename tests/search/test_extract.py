@@ -201,3 +201,16 @@ def test_the_written_form_computes_what_the_user_wrote(name: str) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert _compute_enodes_not_written(module.build()) == []
+
+
+def test_a_forms_change_shows_where_the_two_terms_differ() -> None:
+    """Grouped-query causal attention at Llama 3's shape: the e-graph's cheapest form reassociates the additions of
+    the score and the causal mask, below the depth at which a term is first shown. Its change shows the two terms as
+    deep as they differ (both sides once printed the same), and no form's change reads the same on both sides."""
+    module = importlib.import_module("tensorsmith.suite.attention")
+    changes = [form.change for form in extract_forms(saturate(module.prefill_gqa()))[1:]]
+    assert changes
+    for change in changes:
+        for part in change.split(" ; "):
+            before, _, after = part.partition(" -> ")
+            assert after != before or part.endswith("its views rearranged"), part
