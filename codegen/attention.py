@@ -118,7 +118,7 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     tq, tk, dqk, dv = match.dims
     names = attention_index(match.output.srcs[0].shape, ("qi", "kj", "hd"))
     batch, (qn, kn) = names[:-3], names[-3:-1]
-    stacked = None if schedule.as_dict().get("wgmma") else stacked_heads(match)
+    stacked = _stacking(match, schedule)
     heads, q_batch, query, rows_per_head = match.batch_shape, batch, qn, tq
     if stacked is not None:   # a block's rows: the queries of the `group` query heads that share one kv head
         axis, group = stacked
@@ -186,8 +186,13 @@ def query_rows(match: AttentionMatch, schedule: Schedule) -> tuple[int, int]:
     (mma.sync), the queries of each kv head's query heads together."""
     tq = match.dims[0]
     heads = math.prod(match.batch_shape)
-    stacked = None if schedule.as_dict().get("wgmma") else stacked_heads(match)
+    stacked = _stacking(match, schedule)
     return (tq, heads) if stacked is None else (tq * stacked[1], heads // stacked[1])
+
+
+def _stacking(match: AttentionMatch, schedule: Schedule) -> tuple[int, int] | None:
+    """`stacked_heads` where the schedule does not ask for wgmma (attention_tma.cu.j2 copies each head's own rows)."""
+    return None if schedule.as_dict().get("wgmma") else stacked_heads(match)
 
 
 def wgmma_stages(bq: int, bkv: int, dqk: int, dv: int) -> int:

@@ -129,7 +129,7 @@ class KernelPricing:
         self.kernel, self.target = kernel, target
         touched = dict.fromkeys(kernel.reads + kernel.writes)
         self.shapes = {name: program.buffers[name].shape for name in touched}
-        self.dram = float(sum(program.buffers[name].nbytes for name in kernel.reads + kernel.writes))
+        self.dram = kernel_bytes(kernel, program)
         self.read_bytes = float(sum(program.buffers[name].nbytes for name in kernel.reads))
         self.itemsizes = {name: program.buffers[name].dtype.itemsize for name in touched}
         self._work: dict[int, tuple[Work, float]] = {}
