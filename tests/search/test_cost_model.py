@@ -112,9 +112,10 @@ def test_wgmma_attention_is_priced_on_its_own_launch_and_faster_than_mma_sync() 
 
 
 def test_pricing_a_kernel_once_for_many_schedules_gives_each_schedules_own_cost() -> None:
-    """KernelPricing (the search's way: what the schedule does not change worked out once) against kernel_cost of
-    the kernel carrying each schedule, over every feasible schedule of a decoder block's kernels (matmuls with
-    prologues, attention, row reductions, pointwise)."""
+    """One KernelPricing reused across every feasible schedule of a decoder block's kernels (the search's way: what
+    the schedule does not change, its work per vector width included, worked out once and cached) against
+    kernel_cost of the kernel carrying each schedule, which prices it afresh: a cache that leaked one schedule's
+    work into another's would differ. Matmuls with prologues, attention, row reductions and pointwise kernels."""
     program = partition(decoder_block())
     shapes = {name: buffer.shape for name, buffer in program.buffers.items()}
     compared = set()
