@@ -13,17 +13,13 @@ import argparse
 import copy
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from hf_models import small_model  # noqa: E402  (the models the importers' tests use)
-
-import tensorsmith as ts  # noqa: E402
-from tensorsmith import torch_backend  # noqa: E402
-from tensorsmith.bench.timing import time_runs  # noqa: E402
+import tensorsmith as ts
+from tensorsmith import torch_backend
+from tensorsmith.bench.timing import time_runs
+from tensorsmith.suite.imported import small_model   # the models of the suite's imported cases and importers' tests
 
 
 def relative(got: torch.Tensor, want: torch.Tensor) -> float:

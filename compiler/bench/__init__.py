@@ -1,4 +1,4 @@
 """`tensorsmith bench`: the model suite of benchmarks/models/ against PyTorch on the GPU, in one table."""
-from .case import Case, causal_attention_flops
+from .case import Case, DeferredCase, causal_attention_flops
 
-__all__ = ["Case", "causal_attention_flops"]
+__all__ = ["Case", "DeferredCase", "causal_attention_flops"]

@@ -15,7 +15,7 @@ from tensorsmith.ir.ops import Op
 from tensorsmith.search.verify import weight_scales
 
 SUITE_PACKAGE = "tensorsmith.suite"    # benchmarks/models/, installed with tensorsmith
-FAMILIES = ("memory-bound", "matmul", "fused", "algebra", "attention", "block")
+FAMILIES = ("memory-bound", "matmul", "fused", "algebra", "attention", "block", "imported")
 
 
 class CaseError(TensorsmithError):
@@ -28,8 +28,10 @@ class Case:
 
     `reference(**tensors)` computes the graph's single output (or a dict of outputs) with idiomatic PyTorch.
     Inputs are drawn as verification draws them (weight matrices N(0, 1/fan_in), as initialisers draw them; the
-    rest N(0, 1)) except where `std` gives an input's standard deviation (a bias's, say); `flops` overrides the
-    FLOPs of contractions read off the graph where that count misleads (a causal mask halves the work to do).
+    rest N(0, 1)) except where `std` gives an input's standard deviation (a bias's, say), or `values(torch, seed)`
+    gives them all (an imported model's token ids and its own weights, which random draws would not stand for);
+    `flops` overrides the FLOPs of contractions read off the graph where that count misleads (a causal mask halves
+    the work to do).
     """
 
     graph: Graph
@@ -38,13 +40,15 @@ class Case:
     std: dict[str, float] = field(default_factory=dict)
     flops: float | None = None
     note: str = ""
+    values: Callable[[Any, int], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise CaseError(f"case {self.graph.name!r}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
+        _check_family(self.graph.name, self.family)
         unknown = set(self.std) - set(self.graph.inputs)
         if unknown:
             raise CaseError(f"case {self.graph.name!r}: std given for unknown inputs {sorted(unknown)}")
+        if self.values is not None and self.std:
+            raise CaseError(f"case {self.graph.name!r}: gives its own values, so std says nothing")
 
     @property
     def name(self) -> str:
@@ -75,6 +79,40 @@ class Case:
         return max(self.bytes_moved() / copy_bytes_per_s, self.matmul_flops() / matmul_flops_per_s)
 
 
+@dataclass(frozen=True)
+class DeferredCase:
+    """A case whose graph takes seconds to build (an imported model: torch.export runs), built the first time it
+    is run, so that listing and selecting the suite stays instant."""
+
+    name: str
+    family: str
+    build: Callable[[], Case]
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        _check_family(self.name, self.family)
+
+    @functools.cached_property
+    def case(self) -> Case:
+        built = self.build()
+        if built.name != self.name or built.family != self.family:
+            raise CaseError(f"case {self.name!r} ({self.family}) built as {built.name!r} ({built.family})")
+        return built
+
+
+AnyCase = Case | DeferredCase
+
+
+def built(case: AnyCase) -> Case:
+    """The case itself, its graph built where it was deferred (raises what building it raises)."""
+    return case.case if isinstance(case, DeferredCase) else case
+
+
+def _check_family(name: str, family: str) -> None:
+    if family not in FAMILIES:
+        raise CaseError(f"case {name!r}: family {family!r} is not one of {', '.join(FAMILIES)}")
+
+
 def _is_product_of_broadcasts(node: Node) -> bool:
     """sum(expand(a) * expand(b)) is a contraction (a matmul, attention's scores, a batched product); sum(x * x)
     is not."""
@@ -86,15 +124,15 @@ def causal_attention_flops(batch: int, heads: int, tokens: int, head_dim: int) -
     return 2.0 * batch * heads * tokens * (tokens + 1) * head_dim
 
 
-def load_suite() -> list[Case]:
+def load_suite() -> list[AnyCase]:
     """Every case of every file in benchmarks/models/ (the package tensorsmith.suite), family by family."""
     package = importlib.import_module(SUITE_PACKAGE)
-    cases: list[Case] = []
+    cases: list[AnyCase] = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{SUITE_PACKAGE}.{info.name}")
         found = getattr(module, "CASES", None)
-        if not isinstance(found, list) or not all(isinstance(c, Case) for c in found):
-            raise CaseError(f"{module.__file__} must define CASES, a list of tensorsmith.bench.Case")
+        if not isinstance(found, list) or not all(isinstance(c, (Case, DeferredCase)) for c in found):
+            raise CaseError(f"{module.__file__} must define CASES, a list of tensorsmith.bench.Case (or DeferredCase)")
         cases.extend(found)
     cases.sort(key=lambda c: FAMILIES.index(c.family))
     names = [c.name for c in cases]
@@ -104,7 +142,7 @@ def load_suite() -> list[Case]:
     return cases
 
 
-def select(cases: list[Case], patterns: list[str]) -> list[Case]:
+def select(cases: list[AnyCase], patterns: list[str]) -> list[AnyCase]:
     """The cases named by `patterns` (a case name, a family, or a prefix ending in '*'), in suite order."""
     if not patterns:
         return cases

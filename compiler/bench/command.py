@@ -14,9 +14,9 @@ from tensorsmith.codegen.runtime import gpu_available
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.knobs import CACHE_DIR_ENV
 
-from .case import FAMILIES, Case, load_suite, select
+from .case import FAMILIES, AnyCase, Case, load_suite, select
 from .harness import BASELINES, DEFAULT_BASELINES, Harness, commit
-from .report import (NOT_RUN, Measured, Row, format_text, from_json, markdown, ratio, summary, table_rows,
+from .report import (NOT_RUN, Row, format_text, from_json, markdown, ratio, summary, table_rows, unmeasured_row,
                      write_results)
 
 DEFAULT_BUDGET_S = 10.0
@@ -54,8 +54,9 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
     cases = select(load_suite(), args.cases)
     if args.list:
         for case in cases:
-            print(f"{case.name:30s} {case.family:13s} {case.bytes_moved() / 1e6:9.1f} MB "
-                  f"{case.matmul_flops() / 1e9:9.1f} GFLOP  {case.note}")
+            size = (f"{case.bytes_moved() / 1e6:9.1f} MB {case.matmul_flops() / 1e9:9.1f} GFLOP"
+                    if isinstance(case, Case) else f"{'(built when run)':>25s}")
+            print(f"{case.name:30s} {case.family:13s} {size}  {case.note}")
         return 0
     output = Path(args.output) if args.output else None
     if output is not None and output.is_dir():
@@ -80,7 +81,7 @@ def _log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _run(torch: Any, cases: list[Case], baselines: list[str], args: argparse.Namespace, output: Path | None,
+def _run(torch: Any, cases: list[AnyCase], baselines: list[str], args: argparse.Namespace, output: Path | None,
          argv: list[str], cache_root: Path | None) -> int:
     started = time.perf_counter()
     _log("measuring the GPU's copy bandwidth and matmul rate ...")
@@ -114,11 +115,10 @@ def _run(torch: Any, cases: list[Case], baselines: list[str], args: argparse.Nam
     return 0
 
 
-def _not_run(case: Case, baselines: list[str], limit: float) -> Row:
+def _not_run(case: AnyCase, baselines: list[str], limit: float) -> Row:
     """The row of a case that the time limit left out: it says so in every column."""
-    why = f"{NOT_RUN}: the time limit of {limit:g} s was reached first"
-    return Row(case.name, case.family, 0.0, "-", Measured(failure=why), Measured(failure=why),
-               baselines={name: Measured(failure=why) for name in baselines}, note=case.note)
+    return unmeasured_row(case.name, case.family, baselines, f"{NOT_RUN}: the time limit of {limit:g} s was reached"
+                          " first", note=case.note)
 
 
 def _from_json(paths: list[str], output: Path | None) -> int:

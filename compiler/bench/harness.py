@@ -30,8 +30,8 @@ from ..pipeline import VERSION
 from ..pipeline import compile as ts_compile
 from ..program import Program
 from . import timing
-from .case import Case
-from .report import KernelTime, Measured, Row
+from .case import AnyCase, Case, built
+from .report import KernelTime, Measured, Row, unmeasured_row
 
 BASELINES = ("eager", "compile", "max-autotune", "reduce-overhead")
 DEFAULT_BASELINES = ("eager", "compile", "max-autotune")
@@ -62,7 +62,10 @@ def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def draw_inputs(torch: Any, case: Case, seed: int) -> dict[str, Any]:
-    """Fresh inputs on the GPU: floats N(0, std^2) in the input's dtype (never zeros), small ints, random bools."""
+    """Fresh inputs on the GPU: floats N(0, std^2) in the input's dtype (never zeros), small ints, random bools;
+    or the case's own values where it gives them."""
+    if case.values is not None:
+        return case.values(torch, seed)
     generator = torch.Generator(device="cuda").manual_seed(seed)
     tensors = {}
     for name, node in case.graph.inputs.items():
@@ -118,8 +121,14 @@ class Harness:
                 "commit": self.commit, "copy_tb_s": self.copy_rate / 1e12, "matmul_tflop_s": self.matmul_rate / 1e12,
                 "budget_s": self.budget_s, "baselines": list(self.baselines), "seed": self.seed, "command": command}
 
-    def run(self, case: Case) -> Row:
-        """The case measured; whatever fails (even the reference) is said on its row."""
+    def run(self, deferred: AnyCase) -> Row:
+        """The case measured; whatever fails (even the reference, or building the case) is said on its row."""
+        try:
+            case = built(deferred)
+        except Exception as err:
+            return unmeasured_row(deferred.name, deferred.family, self.baselines,
+                                  f"the case could not be built: {one_line(err)}", note=deferred.note,
+                                  commit=self.commit, budget_s=self.budget_s)
         floor_memory, floor_matmul = case.bytes_moved() / self.copy_rate, case.matmul_flops() / self.matmul_rate
         row = Row(case.name, case.family, max(floor_memory, floor_matmul) * 1e3,
                   "memory" if floor_memory >= floor_matmul else "matmul", note=case.note, commit=self.commit,

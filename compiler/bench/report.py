@@ -101,6 +101,12 @@ class Row:
                 f"{share:.0%} of their sum")
 
 
+def unmeasured_row(case: str, family: str, baselines: list[str], why: str, **row: Any) -> Row:
+    """The row of a case that was not measured (not run, or not built): `why` in every column."""
+    return Row(case, family, 0.0, "-", Measured(failure=why), Measured(failure=why),
+               baselines={name: Measured(failure=why) for name in baselines}, **row)
+
+
 def _time(m: Measured, gpu_time: bool) -> float | None:
     return (m.gpu_ms or m.ms) if gpu_time else m.ms
 

@@ -10,8 +10,8 @@ import pytest
 
 import tensorsmith as ts
 from tensorsmith import nn
-from tensorsmith.bench import Case
-from tensorsmith.bench.case import FAMILIES, CaseError, load_suite, select
+from tensorsmith.bench import Case, DeferredCase
+from tensorsmith.bench.case import FAMILIES, CaseError, built, load_suite, select
 
 CASES = load_suite()
 
@@ -62,6 +62,48 @@ def test_a_case_with_a_std_for_an_unknown_input_is_refused() -> None:
         Case(g, lambda x: x, "mlp")
 
 
+def test_a_deferred_case_is_built_once_and_must_be_the_case_it_names() -> None:
+    g = ts.Graph("tiny")
+    g.output("y", nn.relu(g.input("x", (4,), "float32")))
+    builds = []
+
+    def build() -> Case:
+        builds.append(1)
+        return Case(g, lambda x: x, "fused")
+    deferred = DeferredCase("tiny", "fused", build)
+    assert built(deferred) is built(deferred) and len(builds) == 1
+    with pytest.raises(CaseError, match="built as 'tiny'"):
+        built(DeferredCase("other", "fused", build))
+    with pytest.raises(CaseError, match="gives its own values"):
+        Case(g, lambda x: x, "fused", std={"x": 0.1}, values=lambda torch, seed: {})
+
+
+def test_the_imported_cases_are_listed_without_being_built() -> None:
+    imported = [c for c in CASES if c.family == "imported"]
+    assert [c.name for c in imported] == ["hf_llama", "hf_gpt2", "hf_bert"]
+    assert all(isinstance(c, DeferredCase) and "case" not in vars(c) for c in imported)
+
+
+def test_an_imported_case_computes_what_its_model_computes() -> None:
+    """GPT-2 (the quickest to export) through the reference interpreter, on the case's own values: its token ids in
+    the vocabulary and the module's float16 weights, against the module widened to float32."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    case = built(next(c for c in CASES if c.name == "hf_gpt2"))
+    tensors, other = case.values(torch, 0), case.values(torch, 1)
+    assert set(tensors) == set(case.graph.inputs)
+    (ids,) = [name for name in tensors if not torch.equal(tensors[name], other[name])]   # the weights stay the model's
+    assert 0 <= int(tensors[ids].min()) and int(tensors[ids].max()) < 1000 and len(set(tensors[ids].tolist()[0])) > 8
+    ours = ts.evaluate(case.graph, {name: value.numpy() for name, value in tensors.items()})
+    with torch.no_grad():
+        widened = case.reference(**{k: v.float() if v.is_floating_point() else v for k, v in tensors.items()})
+        half = case.reference(**tensors)
+    assert half.dtype == torch.float16 and widened.dtype == torch.float32
+    (name,) = case.graph.outputs
+    error = np.linalg.norm(ours[name].astype(np.float64) - widened.double().numpy()) / widened.norm().item()
+    assert error < 1e-2, f"the imported graph and its model differ (relative L2 {error:.3g})"
+
+
 # ---- each graph against its PyTorch reference, in the reference interpreter, where torch is installed -----
 
 # The reference interpreter computes in float64 on the CPU; the largest cases take minutes there, so they are
@@ -91,7 +133,8 @@ def _small(name: str) -> Case:
     return Case(getattr(module, builder)(size), full.reference, full.family, dict(full.std))
 
 
-CHECKED = [c for c in CASES if _cost(c) <= FULL_SIZE_LIMIT and c.name not in SMALL] + [_small(name) for name in SMALL]
+CHECKED = [c for c in CASES if isinstance(c, Case) and _cost(c) <= FULL_SIZE_LIMIT and c.name not in SMALL] + [
+    _small(name) for name in SMALL]
 
 
 @pytest.mark.parametrize("case", CHECKED, ids=[c.name for c in CHECKED])

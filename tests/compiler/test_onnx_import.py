@@ -134,7 +134,7 @@ def test_a_small_hugging_face_model_exported_by_torch_onnx_matches_pytorch(famil
     pytest.importorskip("transformers", reason="transformers is not installed")
     pytest.importorskip("onnxscript", reason="torch.onnx's exporter needs onnxscript")
     torch.manual_seed(0)
-    from hf_models import small_model
+    from tensorsmith.suite.imported import small_model
     module = small_model(family)
     path = tmp_path / f"{family}.onnx"
     torch.onnx.export(module, (torch.randint(0, 1000, (1, 16)),), str(path), dynamo=True)

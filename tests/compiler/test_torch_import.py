@@ -140,7 +140,7 @@ def test_a_float16_block_on_the_gpu_matches_eager() -> None:
 @pytest.mark.parametrize("family", ["llama", "gpt2", "bert"])
 def test_a_small_hugging_face_model_matches_eager(family: str) -> None:
     pytest.importorskip("transformers", reason="transformers is not installed")
-    from hf_models import small_model
+    from tensorsmith.suite.imported import small_model
     module = small_model(family)
     program = from_torch(module, (torch.randint(0, 1000, (1, 16)),), profile=False, **QUICK)
     ids = torch.randint(0, 1000, (1, 16))

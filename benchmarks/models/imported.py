@@ -1,0 +1,98 @@
+"""Small Hugging Face models, built from a configuration with random weights (nothing downloaded) and imported as a
+PyTorch user's model is (`ts.import_torch`, torch.export underneath): a 2-layer Llama, a 2-layer GPT-2 and a BERT
+encoder layer, in float16 on 64 token ids. Built when run, as exporting takes seconds; need torch and transformers.
+
+Their inputs are the model's own: token ids drawn from the vocabulary and the module's float16 weights. The
+reference is the module itself, in the dtype it is given (the float32 truth is the same float16 weights widened)."""
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+from tensorsmith.bench import Case, DeferredCase
+from tensorsmith.ir.dtypes import DType
+
+try:
+    import torch
+except ImportError:   # the suite lists without torch; building these cases needs it
+    torch = None  # type: ignore[assignment]
+
+TOKENS, VOCAB = 64, 1000
+FAMILIES = ("llama", "gpt2", "bert")
+
+
+if torch is not None:
+    class Logits(torch.nn.Module):
+        """A causal language model called as ids -> logits, what the importers' tests export."""
+
+        def __init__(self, model: torch.nn.Module):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=ids, use_cache=False).logits
+
+    class Hidden(torch.nn.Module):
+        """An encoder's last hidden state for token ids (an encoder has no logits)."""
+
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=ids).last_hidden_state
+
+
+def small_model(family: str) -> Any:
+    """A 2-layer Llama (hidden 256, grouped-query attention) or GPT-2 (hidden 128), or one BERT encoder layer (hidden
+    128, exact GELU, token types and positions from its buffers), vocabulary 1000, float32, in eval mode."""
+    import transformers
+
+    if family == "bert":
+        return Hidden(transformers.BertModel(transformers.BertConfig(
+            hidden_size=128, num_hidden_layers=1, num_attention_heads=4, intermediate_size=256, vocab_size=VOCAB,
+            max_position_embeddings=TOKENS), add_pooling_layer=False)).eval()
+    if family == "llama":
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+            num_hidden_layers=2, vocab_size=VOCAB))
+    else:
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_embd=128, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=TOKENS, bos_token_id=0, eos_token_id=0))
+    return Logits(model).eval()
+
+
+def imported_case(family: str) -> Case:
+    """The model imported on the CPU; its values and reference on the GPU where there is one."""
+    from tensorsmith.torch_import import import_torch
+
+    torch.manual_seed(0)
+    half = small_model(family).half()
+    imported = import_torch(half, (torch.zeros(1, TOKENS, dtype=torch.long),), name=f"hf_{family}")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    half = half.to(device)
+    full = copy.deepcopy(half).float()      # the same weights, widened: the truth the float16 runs are held to
+    (ids,) = imported.arguments
+    probe = next(name for name, value in imported.bound.items() if value.is_floating_point())
+    bound = {name: (value.int() if imported.graph.inputs[name].dtype == DType.INT32 else value).detach().to(device)
+             for name, value in imported.bound.items()}
+
+    def values(torch_module: Any, seed: int) -> dict[str, Any]:
+        generator = torch.Generator(device=device).manual_seed(seed)
+        drawn = torch.randint(0, VOCAB, (1, TOKENS), generator=generator, device=device, dtype=torch.int32)
+        return {ids: drawn, **bound}
+
+    def reference(**tensors: Any) -> Any:
+        model = full if tensors[probe].dtype == torch.float32 else half
+        return model(tensors[ids].long())
+
+    return Case(imported.graph, reference, "imported", values=values, note=_note(family))
+
+
+def _note(family: str) -> str:
+    return f"Hugging Face {family}, random weights, {TOKENS} tokens, imported by ts.import_torch"
+
+
+CASES = [DeferredCase(f"hf_{family}", "imported", functools.partial(imported_case, family), note=_note(family))
+         for family in FAMILIES]
