@@ -22,7 +22,7 @@ from tensorsmith.ir.errors import located, user_location
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
-from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
+from .imported import LARGEST_FINITE, ImportedModel, ImportedProgram, ModelImportError, finite, identifier
 from .pipeline import compile as ts_compile
 
 
@@ -190,6 +190,8 @@ class _Known:
             tensor = constant(finite(flat[0].item(), dtype), array.shape, dtype)
         else:
             held = array.astype(np.int32) if array.dtype == np.int64 else array
+            if dtype in LARGEST_FINITE:   # infinities as the largest finite values, as a constant's are (finite)
+                held = np.clip(held, -LARGEST_FINITE[dtype], LARGEST_FINITE[dtype])
             tensor = self.imported.bind(self.names.get(id(value), "folded"), held, array.shape, dtype)
         self.tensors[id(value)] = (value, tensor)
         return tensor

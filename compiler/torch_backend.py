@@ -51,7 +51,7 @@ def _split(graph_module: Any, example_inputs: list[Any]) -> Callable[..., Any] |
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
     aten = exported_aten(graph_module, example_inputs).module()
-    support = _Lowered()
+    support = _Lowered(aten.graph)
     left = {op_name(n.target): where_of(n) for n in aten.graph.nodes
             if n.op == "call_function" and not support.is_node_supported({}, n)}
     partitioner = CapabilityBasedPartitioner(aten, support, allows_single_node_partition=True)  # type: ignore[arg-type]
@@ -74,10 +74,19 @@ def _split(graph_module: Any, example_inputs: list[Any]) -> Callable[..., Any] |
 
 
 class _Lowered:
-    """Which nodes of a core ATen graph tensorsmith lowers, as torch.fx's partitioner asks."""
+    """Which nodes of a core ATen graph tensorsmith takes, as torch.fx's partitioner asks: those it lowers, and
+    those that depend on no input of the graph, which its import folds. Left to PyTorch, a constant such as
+    `scalar_tensor(-inf)` would reach a piece as an input, where no import sees that it is infinite."""
+
+    def __init__(self, graph: Any) -> None:
+        self.variable: set[Any] = set()     # the nodes that depend on some placeholder
+        for node in graph.nodes:
+            if node.op == "placeholder" or any(arg in self.variable for arg in node.all_input_nodes):
+                self.variable.add(node)
 
     def is_node_supported(self, submodules: Any, node: Any) -> bool:
-        return node.op == "call_function" and (op_name(node.target) in LOWERINGS or op_name(node.target) in IGNORED)
+        return node.op == "call_function" and (op_name(node.target) in LOWERINGS or op_name(node.target) in IGNORED
+                                               or node not in self.variable)
 
 
 def _piece_arguments(split: Any, names: list[str], example_inputs: list[Any]) -> dict[str, tuple[Any, ...]]:

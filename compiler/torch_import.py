@@ -21,7 +21,7 @@ from tensorsmith.ir.errors import TensorsmithError, located
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
-from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
+from .imported import LARGEST_FINITE, ImportedModel, ImportedProgram, ModelImportError, finite, identifier
 from .pipeline import compile as ts_compile
 
 
@@ -152,7 +152,10 @@ def _tensor(value: Any, imported: ImportedModel, what: str) -> Tensor:
     flat = tensor.detach().reshape(-1)
     if flat.numel() > 0 and bool((flat == flat[0]).all()) and not math.isnan(float(flat[0])):
         return constant(finite(flat[0].item(), dtype), tuple(tensor.shape), dtype)
-    return imported.bind("folded", tensor.detach(), tuple(tensor.shape), dtype)
+    held = tensor.detach()
+    if dtype in LARGEST_FINITE:   # infinities as the largest finite values, as a constant's are (imported.finite)
+        held = held.clamp(-LARGEST_FINITE[dtype], LARGEST_FINITE[dtype])
+    return imported.bind("folded", held, tuple(tensor.shape), dtype)
 
 
 def _tensors(value: Any, imported: ImportedModel, what: str) -> Any:

@@ -76,3 +76,29 @@ def test_only_the_ops_tensorsmith_cannot_lower_are_left_to_pytorch(caplog, monke
     said = [r.getMessage() for r in caplog.records if "in PyTorch" in r.getMessage()]
     assert len(said) == 1 and "2 tensorsmith programs" in said[0] and "aten.sort" in said[0], said
     assert "addmm" not in said[0] and "relu" not in said[0] and "softmax" not in said[0]
+
+
+class MaskedAfterSort(torch.nn.Module):
+    """Softmax over sorted scores with a -inf bias where they are small, the bias picked between two scalar tensors:
+    the masks transformers builds for attention on the GPU are made so."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        order = x.sort(dim=-1).values
+        bias = torch.where(order > -0.5, torch.scalar_tensor(0.0), torch.scalar_tensor(float("-inf")))
+        return torch.softmax(order + bias, dim=-1)
+
+
+def test_constants_made_in_the_captured_graph_are_folded_into_its_pieces(caplog) -> None:
+    """`scalar_tensor(-inf)` depends on no input: left to PyTorch, it reached a piece as an input and `where`'s blend
+    of its two branches made NaN (BERT through the backend on the GPU); folded at import, it is the largest finite
+    value and the result matches eager, masked entries zero."""
+    torch.manual_seed(0)
+    module = MaskedAfterSort()
+    compiled = torch.compile(module, backend=torch_backend.tensorsmith_backend)
+    with caplog.at_level(logging.WARNING, logger="tensorsmith"), torch.no_grad():
+        x = torch.randn(4, 8)
+        out, ref = compiled(x), module(x)
+    assert torch.isfinite(out).all() and float((out - ref).norm() / ref.norm()) < 1e-5
+    assert bool((out[ref == 0] == 0).all()) and bool((ref == 0).any())
+    said = [r.getMessage() for r in caplog.records if "in PyTorch" in r.getMessage()]
+    assert len(said) == 1 and "aten.sort" in said[0] and "scalar_tensor" not in said[0], said

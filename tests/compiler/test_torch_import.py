@@ -165,6 +165,25 @@ def test_a_mask_filled_with_minus_infinity_and_other_corners_match_eager() -> No
         assert torch.isfinite(ours.float()).all() and _relative(ours.double(), theirs.double()) < 1e-6
 
 
+def test_a_folded_tensor_holding_minus_infinity_enters_finite() -> None:
+    """A bias computed from shapes alone, -inf above the diagonal and a ramp below it (not one repeated value, so a
+    bound input rather than a constant), picked by where() before a softmax: its infinities enter as the largest
+    finite value, as a constant's do, so the blend of where's branches makes no NaN."""
+    class Biased(torch.nn.Module):
+        def forward(self, s: torch.Tensor) -> torch.Tensor:
+            n = s.shape[-1]
+            ramp = torch.arange(n * n, dtype=s.dtype).reshape(n, n) / (n * n)
+            bias = ramp.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+            return torch.where(s > -1.0, s, bias).softmax(-1)
+    module, s = Biased(), torch.randn(3, 8, 8)
+    imported = import_torch(module, (s,))
+    assert [name for name in imported.bound if name.startswith("folded")]
+    program = from_torch(module, (s,), profile=False, **QUICK)
+    s = torch.randn(3, 8, 8) * 2
+    ours, theirs = program(s), module(s)
+    assert torch.isfinite(ours).all() and _relative(ours.double(), theirs.double()) < 1e-6
+
+
 def test_fused_attention_flags_are_read_by_name_not_position() -> None:
     """torch leaves trailing defaults out of a recorded call: (q, k, v, None, True) to the memory-efficient kernel
     sets compute_log_sumexp, not is_causal, so the attention must not be masked."""
