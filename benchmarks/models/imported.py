@@ -64,14 +64,14 @@ def small_model(family: str) -> Any:
 
 
 def imported_case(family: str) -> Case:
-    """The model imported on the CPU; its values and reference on the GPU where there is one."""
+    """The model imported where it runs, on the GPU where there is one (there PyTorch's attention is one fused op,
+    on the CPU the math it decomposes into), as a user imports the model they run."""
     from tensorsmith.torch_import import import_torch
 
-    torch.manual_seed(0)
-    half = small_model(family).half()
-    imported = import_torch(half, (torch.zeros(1, TOKENS, dtype=torch.long),), name=f"hf_{family}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    half = half.to(device)
+    torch.manual_seed(0)
+    half = small_model(family).half().to(device)
+    imported = import_torch(half, (torch.zeros(1, TOKENS, dtype=torch.long, device=device),), name=f"hf_{family}")
     full = copy.deepcopy(half).float()      # the same weights, widened: the truth the float16 runs are held to
     (ids,) = imported.arguments
     probe = next(name for name, value in imported.bound.items() if value.is_floating_point())
