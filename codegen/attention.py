@@ -129,11 +129,13 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     rows = {"q": _row_load(match.q, q_batch + (query, "hd", "0"), match),
             "k": _row_load(match.k, batch + ("0", "hd", kn), match, divide=stacked is None),
             "v": _row_load(match.v, batch + ("0", kn, "hd"), match, divide=stacked is None)}
-    score = _score_code(shapes, match, match.score, q_batch + (query, kn))
+    score_q, score_k = (query, kn) if not _reads_input(match) else (f"({query} < TQ ? {query} : TQ - 1)",
+                                                                     f"({kn} < TK ? {kn} : TK - 1)")
+    score = _score_code(shapes, match, match.score, q_batch + (score_q, score_k))
     offset = match.causal_offset
     unmasked = None
     if match.mask is not None:      # tiles every query of a warp sees whole skip the mask's arithmetic
-        unmasked = _score_code(shapes, match, _unmasked_score(match.score, match.mask), batch + (qn, kn))
+        unmasked = _score_code(shapes, match, _unmasked_score(match.score, match.mask), batch + (score_q, score_k))
     skip = skips_masked_tiles(match)
     bq, bkv = schedule["bq"], schedule["bkv"]
     warps, split = warps_and_split(bq)
@@ -167,9 +169,10 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
 
 def stacked_heads(match: AttentionMatch) -> tuple[int, int] | None:
     """(batch axis, group) where k and v are both read through one grouped-query head axis (`Strided`) and no mask
-    depends on the query: then the `group` query heads that share a kv head can be one block's query rows, their
-    queries stacked, and the kv head's K and V tiles serve them all (else each query head reads them again)."""
-    if match.mask is not None:
+    or input read by the score depends on the query: then the `group` query heads that share a kv head can be one
+    block's query rows, their queries stacked, and the kv head's K and V tiles serve them all (else each query head
+    reads them again)."""
+    if match.mask is not None or _reads_input(match):
         return None
     k, v = _strided(match.k), _strided(match.v)
     if k is None or v is None:
@@ -179,6 +182,12 @@ def stacked_heads(match: AttentionMatch) -> tuple[int, int] | None:
         return None
     (axes,) = grouped
     return axes[0] if len(axes) == 1 and axes[0][0] < len(match.batch_shape) else None
+
+
+def _reads_input(match: AttentionMatch) -> bool:
+    """Whether the score loads an input (a bias): at the indices of rows and keys past the last, which the kernel
+    computes and discards, it reads the last row's or key's instead, not past the input's end."""
+    return any(node.op == Op.INPUT for node in toposort([match.score], {id(match.qk.reduce)}))
 
 
 def query_rows(match: AttentionMatch, schedule: Schedule) -> tuple[int, int]:

@@ -279,7 +279,8 @@ def _affine(node: Node, index: Index, leaves: dict[int, tuple[Index, str]], atom
 
 
 def _score_matmul(score: Node) -> MatmulMatch | None:
-    """The one matmul that `score` is an elementwise function of, where everything else is built from indices."""
+    """The one matmul that `score` is an elementwise function of, where everything else is built from indices and
+    inputs read elementwise (a bias, a padding mask: the kernel loads them at each score's indices)."""
     matmuls = [match for node in toposort([score]) if (match := _loose_matmul(node)) is not None]
     if not matmuls:
         return None
@@ -291,7 +292,7 @@ def _score_matmul(score: Node) -> MatmulMatch | None:
         if id(node) in above:            # on the way from the product to the score: elementwise, same shape
             if node.op not in ELEMENTWISE or node.shape != score.shape:
                 return None
-        elif node.op == Op.INPUT or node.op in (Op.SUM, Op.MAX):
+        elif node.op in (Op.SUM, Op.MAX):
             return None
     return matmuls[-1]
 

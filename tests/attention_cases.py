@@ -51,6 +51,23 @@ def attention_graph(name: str, case: Case) -> ts.Graph:
     return g
 
 
+def biased_graph(name: str, case: Case) -> ts.Graph:
+    """o = nn.attention(q, k, v, bias=bias), the bias (batch, 1, queries, keys) in q's dtype broadcast over the
+    heads: the padding or causal mask Hugging Face's models pass to scaled_dot_product_attention."""
+    batch, heads, queries, keys, dim, dtype, causal = case
+    g = ts.Graph(name)
+    q = g.input("q", (batch, heads, queries, dim), dtype)
+    k = g.input("k", (batch, heads, keys, dim), dtype)
+    v = g.input("v", (batch, heads, keys, dim), dtype)
+    bias = g.input("bias", (batch, 1, queries, keys), dtype)
+    g.output("o", nn.attention(q, k, v, causal=causal, bias=bias))
+    return g
+
+
+BIASED_CASES = ["prefill_fp16_d128_100_causal", "prefill_bf16_d64_77_causal", "prefill_fp16_d64_128",
+                "decode_fp16_d128_1x300"]
+
+
 # grouped-query attention: (batch, query heads, kv heads, queries, keys, head dim, dtype, causal)
 GQA_CASES: dict[str, tuple[int, int, int, int, int, int, str, bool]] = {
     "gqa_decode_fp16_d128_1x300": (2, 8, 2, 1, 300, 128, "float16", False),

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import tensorsmith as ts
-from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, GQA_CASES, WGMMA_SCHEDULES, attention_graph,
-                             attention_program, gqa_graph)
+from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, BIASED_CASES, GQA_CASES, WGMMA_SCHEDULES,
+                             attention_graph, attention_program, biased_graph, gqa_graph)
 from tensorsmith import nn, rewrites, search
 from tensorsmith.codegen import attention
 from tensorsmith.codegen.matmul import SM_COUNT
@@ -58,11 +58,24 @@ def test_offset_mask_and_decode_match() -> None:
     assert decode.dims == (1, 300, 128, 128) and decode.mask is None
 
 
-def test_a_score_that_reads_a_buffer_is_not_attention() -> None:
-    g = ts.Graph("biased")
+@pytest.mark.parametrize("case", BIASED_CASES)
+def test_a_score_that_reads_a_bias_is_one_attention_kernel_loading_it(case: str) -> None:
+    """A bias input in the score (Hugging Face's masks) is loaded at each score's indices, broadcast over the heads;
+    the score reading it keeps the causal mask's tile skipping where there is one, and its heads are not stacked."""
+    graph = biased_graph(case, ATTENTION_CASES[case])
+    (match,) = _matches(graph)
+    assert (match.mask is not None) == ATTENTION_CASES[case][6] and attention.stacked_heads(match) is None
+    program, kernel = attention_program(graph, None)
+    assert [k.archetype for k in program.kernels] == ["attention"]
+    assert set(program.kernels[0].reads) == {"q", "k", "v", "bias"} and "g_bias[" in kernel.source
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))
+
+
+def test_a_score_that_reduces_a_buffer_is_not_attention() -> None:
+    g = ts.Graph("reduced")
     q, k, v = (g.input(name, (1, 2, 64, 64), "float16") for name in "qkv")
-    bias = g.input("bias", (64, 64), "float32")
-    scores = (q @ k.transpose(-1, -2)).cast("float32") + bias
+    bias = g.input("bias", (64, 64, 8), "float32")
+    scores = (q @ k.transpose(-1, -2)).cast("float32") + bias.sum(-1)
     g.output("o", nn.softmax(scores, axis=-1).cast("float16") @ v)
     assert _matches(g) == []
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import tensorsmith as ts
-from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, GQA_CASES, WGMMA_SCHEDULES, attention_graph,
-                             attention_program, gqa_graph)
+from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, BIASED_CASES, GQA_CASES, WGMMA_SCHEDULES,
+                             attention_graph, attention_program, biased_graph, gqa_graph)
 from kernel_launch import assert_cpu_predicts, run_rendered
 from tensorsmith.codegen import attention
 from tensorsmith.model_loader import load_graph
@@ -104,3 +104,15 @@ def test_compiled_program_is_one_attention_kernel_and_matches_reference(graph) -
         for check in compare(graph, outputs, ts.evaluate(graph, inputs)):
             assert check.ok, f"{graph.name}.{check.output}: relative L2 {check.error:.3g} > {check.tolerance:g}"
         assert_cpu_predicts(program.kernel_program, inputs, outputs, label=graph.name)
+
+
+BIASED_RUNS = [(case, schedule) for case in BIASED_CASES for schedule in
+               (None, ATTENTION_SCHEDULES[1], *(WGMMA_SCHEDULES[:1] if case.startswith("prefill") else []))]
+
+
+@pytest.mark.parametrize("case,schedule", BIASED_RUNS,
+                         ids=[f"{case}-{'default' if s is None else s}" for case, s in BIASED_RUNS])
+def test_a_bias_in_the_score_is_read_at_each_scores_indices(case: str, schedule: dict[str, int] | None) -> None:
+    """A (batch, 1, queries, keys) bias broadcast over the heads, at lengths that do and do not divide the tiles,
+    on mma.sync and (prefill) wgmma."""
+    _check_kernel(biased_graph(case, ATTENTION_CASES[case]), schedule)
