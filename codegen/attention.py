@@ -129,6 +129,8 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     rows = {"q": _row_load(match.q, q_batch + (query, "hd", "0"), match),
             "k": _row_load(match.k, batch + ("0", "hd", kn), match, divide=stacked is None),
             "v": _row_load(match.v, batch + ("0", kn, "hd"), match, divide=stacked is None)}
+    # a score that loads an input reads the last row's or key's where the kernel computes past the end (and
+    # discards the score), not past the input's end
     score_q, score_k = (query, kn) if not _reads_input(match) else (f"({query} < TQ ? {query} : TQ - 1)",
                                                                      f"({kn} < TK ? {kn} : TK - 1)")
     score = _score_code(shapes, match, match.score, q_batch + (score_q, score_k))
@@ -185,8 +187,7 @@ def stacked_heads(match: AttentionMatch) -> tuple[int, int] | None:
 
 
 def _reads_input(match: AttentionMatch) -> bool:
-    """Whether the score loads an input (a bias): at the indices of rows and keys past the last, which the kernel
-    computes and discards, it reads the last row's or key's instead, not past the input's end."""
+    """Whether the score loads an input (a bias, a padding mask) besides q and k."""
     return any(node.op == Op.INPUT for node in toposort([match.score], {id(match.qk.reduce)}))
 
 

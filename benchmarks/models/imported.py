@@ -53,6 +53,7 @@ def small_model(family: str) -> Any:
         return Hidden(transformers.BertModel(transformers.BertConfig(
             hidden_size=128, num_hidden_layers=1, num_attention_heads=4, intermediate_size=256, vocab_size=VOCAB,
             max_position_embeddings=TOKENS), add_pooling_layer=False)).eval()
+    model: Any
     if family == "llama":
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
             hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
