@@ -19,6 +19,7 @@ except ImportError:   # the suite lists without torch; building these cases need
     torch = None  # type: ignore[assignment]
 
 TOKENS, VOCAB = 64, 1000
+LAYER_WIDTH = 128
 FAMILIES = ("llama", "gpt2", "bert")
 
 
@@ -42,6 +43,39 @@ if torch is not None:
 
         def forward(self, ids: torch.Tensor) -> torch.Tensor:
             return self.model(input_ids=ids).last_hidden_state
+
+
+    class Layer(torch.nn.Module):
+        """One transformer layer alone, called as hidden states (batch, tokens, width) -> hidden states, causal:
+        a Llama decoder layer with the rotary embedding it is given, or a GPT-2 block."""
+
+        def __init__(self, family: str) -> None:
+            super().__init__()
+            import transformers
+            from transformers.models.llama import modeling_llama
+
+            if family == "llama":
+                config = transformers.LlamaConfig(hidden_size=LAYER_WIDTH, intermediate_size=2 * LAYER_WIDTH,
+                                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB)
+                self.layer: torch.nn.Module = modeling_llama.LlamaDecoderLayer(config, layer_idx=0)
+                self.rotary: torch.nn.Module | None = modeling_llama.LlamaRotaryEmbedding(config)
+            else:
+                config = transformers.GPT2Config(n_embd=LAYER_WIDTH, n_head=4, vocab_size=VOCAB, n_positions=TOKENS,
+                                                 bos_token_id=0, eos_token_id=0)
+                self.layer, self.rotary = transformers.models.gpt2.modeling_gpt2.GPT2Block(config, layer_idx=0), None
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.rotary is None:
+                out = self.layer(x)
+            else:
+                positions = torch.arange(x.shape[1], device=x.device)[None]
+                out = self.layer(x, position_embeddings=self.rotary(x, positions))
+            return out[0] if isinstance(out, tuple) else out
+
+
+def small_layer(family: str) -> Any:
+    """A Llama decoder layer or a GPT-2 block (width 128), float32, in eval mode."""
+    return Layer(family).eval()
 
 
 def small_model(family: str) -> Any:

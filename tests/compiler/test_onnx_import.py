@@ -144,6 +144,23 @@ def test_a_small_hugging_face_model_exported_by_torch_onnx_matches_pytorch(famil
         assert _relative(program(ids.numpy()), module(ids).numpy().astype(np.float64)) < 1e-5
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_single_hugging_face_layer_exported_by_torch_onnx_matches_pytorch(family: str, tmp_path: Path) -> None:
+    """A Llama decoder layer (its rotary embedding given) or a GPT-2 block alone, on hidden states."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    pytest.importorskip("onnxscript", reason="torch.onnx's exporter needs onnxscript")
+    from tensorsmith.suite.imported import LAYER_WIDTH, small_layer
+    torch.manual_seed(0)
+    module = small_layer(family)
+    path = tmp_path / f"{family}_layer.onnx"
+    torch.onnx.export(module, (torch.randn(1, 16, LAYER_WIDTH),), str(path), dynamo=True)
+    program = from_onnx(path, **QUICK)
+    x = torch.randn(1, 16, LAYER_WIDTH)
+    with torch.no_grad():
+        assert _relative(program(x.numpy()), module(x).numpy().astype(np.float64)) < 1e-5
+
+
 def test_reductions_with_empty_axes_bfloat16_weights_and_old_opsets() -> None:
     nodes = [helper.make_node("ReduceSum", ["x", "none"], ["s"], keepdims=0),        # empty axes: every axis
              helper.make_node("Mul", ["s", "w"], ["y"])]

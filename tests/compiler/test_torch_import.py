@@ -149,6 +149,19 @@ def test_a_small_hugging_face_model_matches_eager(family: str) -> None:
     assert np.isfinite(program(ids).numpy()).all()
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_single_hugging_face_layer_matches_eager(family: str) -> None:
+    """A Llama decoder layer (its rotary embedding given) or a GPT-2 block alone, on hidden states."""
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from tensorsmith.suite.imported import LAYER_WIDTH, small_layer
+    torch.manual_seed(0)
+    module = small_layer(family)
+    program = from_torch(module, (torch.randn(1, 16, LAYER_WIDTH),), profile=False, **QUICK)
+    x = torch.randn(1, 16, LAYER_WIDTH)
+    with torch.no_grad():
+        assert _relative(program(x), module(x)) < 1e-5
+
+
 def test_a_mask_filled_with_minus_infinity_and_other_corners_match_eager() -> None:
     """masked_fill(-inf) before a softmax (where() blends its branches, so -inf must enter as the largest finite
     value, not make NaN), any() of negative values, rsub with alpha, and a folded tensor among cat's inputs."""
