@@ -83,13 +83,15 @@ def repeat_kv(t: ts.Tensor, times: int) -> ts.Tensor:
         .reshape(batch, heads * times, keys, dim)
 
 
-def gqa_graph(name: str) -> ts.Graph:
-    """o = nn.attention(q, repeat_kv(k), repeat_kv(v)) for a GQA_CASES case: k and v have fewer heads than q."""
+def gqa_graph(name: str, biased: bool = False) -> ts.Graph:
+    """o = nn.attention(q, repeat_kv(k), repeat_kv(v)) for a GQA_CASES case: k and v have fewer heads than q;
+    `biased`: with a (batch, 1, queries, keys) bias, as `biased_graph`."""
     batch, heads, kv_heads, queries, keys, dim, dtype, causal = GQA_CASES[name]
     g = ts.Graph(name)
     q = g.input("q", (batch, heads, queries, dim), dtype)
     k, v = (repeat_kv(g.input(n, (batch, kv_heads, keys, dim), dtype), heads // kv_heads) for n in "kv")
-    g.output("o", nn.attention(q, k, v, causal=causal))
+    bias = g.input("bias", (batch, 1, queries, keys), dtype) if biased else None
+    g.output("o", nn.attention(q, k, v, causal=causal, bias=bias))
     return g
 
 

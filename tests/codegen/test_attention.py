@@ -71,6 +71,15 @@ def test_a_score_that_reads_a_bias_is_one_attention_kernel_loading_it(case: str)
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))
 
 
+def test_grouped_query_heads_are_stacked_only_where_the_score_reads_no_bias() -> None:
+    """A bias row belongs to one query, so a block of stacked heads' rows would read it at the wrong query."""
+    (plain,) = _matches(gqa_graph("gqa_decode_fp16_d128_1x300"))
+    (biased,) = _matches(gqa_graph("gqa_decode_fp16_d128_1x300", biased=True))
+    assert attention.stacked_heads(plain) is not None and attention.stacked_heads(biased) is None
+    _, kernel = attention_program(gqa_graph("gqa_decode_fp16_d128_1x300", biased=True), None)
+    assert "stacked" not in kernel.source and is_cubin(compile_cubin(kernel.source, kernel.name, arch="sm_90"))
+
+
 def test_a_score_that_reduces_a_buffer_is_not_attention() -> None:
     g = ts.Graph("reduced")
     q, k, v = (g.input(name, (1, 2, 64, 64), "float16") for name in "qkv")
