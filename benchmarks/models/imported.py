@@ -21,6 +21,8 @@ except ImportError:   # the suite lists without torch; building these cases need
 TOKENS, VOCAB = 64, 1000
 LAYER_WIDTH = 128
 FAMILIES = ("llama", "gpt2", "bert")
+LAYERS = ("llama", "gpt2")       # the families whose layer `small_layer` builds alone
+SMALL_MODULES = [(family, False) for family in FAMILIES] + [(family, True) for family in LAYERS]   # (family, layer)
 
 
 if torch is not None:
@@ -43,7 +45,6 @@ if torch is not None:
 
         def forward(self, ids: torch.Tensor) -> torch.Tensor:
             return self.model(input_ids=ids).last_hidden_state
-
 
     class Layer(torch.nn.Module):
         """One transformer layer alone, called as hidden states (batch, tokens, width) -> hidden states, causal:
@@ -76,6 +77,11 @@ if torch is not None:
 def small_layer(family: str) -> Any:
     """A Llama decoder layer or a GPT-2 block (width 128), float32, in eval mode."""
     return Layer(family).eval()
+
+
+def small_input(layer: bool, tokens: int) -> Any:
+    """An input for `small_layer` (hidden states) or `small_model` (token ids), one sequence of `tokens`."""
+    return torch.randn(1, tokens, LAYER_WIDTH) if layer else torch.randint(0, VOCAB, (1, tokens))
 
 
 def small_model(family: str) -> Any:

@@ -14,8 +14,10 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from tensorsmith.onnx_import import OnnxImportError, from_onnx, import_onnx  # noqa: E402
+from tensorsmith.suite.imported import SMALL_MODULES  # noqa: E402
 
 QUICK = {"budget_s": 3.0, "profile": False, "cache": False, "progress": False}
+HF_IDS = [f"{family}_{'layer' if layer else 'model'}" for family, layer in SMALL_MODULES]
 RNG = np.random.default_rng(0)
 
 
@@ -128,35 +130,20 @@ def test_compile_takes_an_onnx_file_and_refuses_a_broken_one(tmp_path: Path) -> 
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "cannot read ONNX model" in refused.stderr
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "bert"])
-def test_a_small_hugging_face_model_exported_by_torch_onnx_matches_pytorch(family: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("family,layer", SMALL_MODULES, ids=HF_IDS)
+def test_a_small_hugging_face_model_or_layer_exported_by_torch_onnx_matches_pytorch(family: str, layer: bool,
+                                                                                     tmp_path: Path) -> None:
+    """A small Llama, GPT-2 or BERT on token ids, or a Llama decoder layer or GPT-2 block alone on hidden states."""
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")
     pytest.importorskip("transformers", reason="transformers is not installed")
     pytest.importorskip("onnxscript", reason="torch.onnx's exporter needs onnxscript")
+    from tensorsmith.suite.imported import small_input, small_layer, small_model   # these need torch
     torch.manual_seed(0)
-    from tensorsmith.suite.imported import small_model
-    module = small_model(family)
-    path = tmp_path / f"{family}.onnx"
-    torch.onnx.export(module, (torch.randint(0, 1000, (1, 16)),), str(path), dynamo=True)
+    module = small_layer(family) if layer else small_model(family)
+    path = tmp_path / f"{family}{'_layer' if layer else ''}.onnx"
+    torch.onnx.export(module, (small_input(layer, 16),), str(path), dynamo=True)
     program = from_onnx(path, **QUICK)
-    ids = torch.randint(0, 1000, (1, 16))
-    with torch.no_grad():
-        assert _relative(program(ids.numpy()), module(ids).numpy().astype(np.float64)) < 1e-5
-
-
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_a_single_hugging_face_layer_exported_by_torch_onnx_matches_pytorch(family: str, tmp_path: Path) -> None:
-    """A Llama decoder layer (its rotary embedding given) or a GPT-2 block alone, on hidden states."""
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
-    pytest.importorskip("transformers", reason="transformers is not installed")
-    pytest.importorskip("onnxscript", reason="torch.onnx's exporter needs onnxscript")
-    from tensorsmith.suite.imported import LAYER_WIDTH, small_layer
-    torch.manual_seed(0)
-    module = small_layer(family)
-    path = tmp_path / f"{family}_layer.onnx"
-    torch.onnx.export(module, (torch.randn(1, 16, LAYER_WIDTH),), str(path), dynamo=True)
-    program = from_onnx(path, **QUICK)
-    x = torch.randn(1, 16, LAYER_WIDTH)
+    x = small_input(layer, 16)
     with torch.no_grad():
         assert _relative(program(x.numpy()), module(x).numpy().astype(np.float64)) < 1e-5
 

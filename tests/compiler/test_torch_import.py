@@ -11,8 +11,10 @@ F = torch.nn.functional
 from tensorsmith.codegen.runtime import gpu_available  # noqa: E402
 from tensorsmith.ir.errors import TensorsmithError  # noqa: E402
 from tensorsmith.torch_import import TorchImportError, from_torch, import_torch  # noqa: E402
+from tensorsmith.suite.imported import SMALL_MODULES  # noqa: E402
 
 QUICK = {"budget_s": 3.0, "cache": False, "progress": False}
+HF_IDS = [f"{family}_{'layer' if layer else 'model'}" for family, layer in SMALL_MODULES]
 
 
 class Block(torch.nn.Module):
@@ -137,29 +139,18 @@ def test_a_float16_block_on_the_gpu_matches_eager() -> None:
     assert out.is_cuda and out.dtype == torch.float16 and _relative(out, ref) < 1e-2
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "bert"])
-def test_a_small_hugging_face_model_matches_eager(family: str) -> None:
+@pytest.mark.parametrize("family,layer", SMALL_MODULES, ids=HF_IDS)
+def test_a_small_hugging_face_model_or_layer_matches_eager(family: str, layer: bool) -> None:
+    """A small Llama, GPT-2 or BERT on token ids, or a Llama decoder layer or GPT-2 block alone on hidden states."""
     pytest.importorskip("transformers", reason="transformers is not installed")
-    from tensorsmith.suite.imported import small_model
-    module = small_model(family)
-    program = from_torch(module, (torch.randint(0, 1000, (1, 16)),), profile=False, **QUICK)
-    ids = torch.randint(0, 1000, (1, 16))
-    with torch.no_grad():
-        assert _relative(program(ids), module(ids)) < 1e-5
-    assert np.isfinite(program(ids).numpy()).all()
-
-
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_a_single_hugging_face_layer_matches_eager(family: str) -> None:
-    """A Llama decoder layer (its rotary embedding given) or a GPT-2 block alone, on hidden states."""
-    pytest.importorskip("transformers", reason="transformers is not installed")
-    from tensorsmith.suite.imported import LAYER_WIDTH, small_layer
+    from tensorsmith.suite.imported import small_input, small_layer, small_model   # these need torch
     torch.manual_seed(0)
-    module = small_layer(family)
-    program = from_torch(module, (torch.randn(1, 16, LAYER_WIDTH),), profile=False, **QUICK)
-    x = torch.randn(1, 16, LAYER_WIDTH)
+    module = small_layer(family) if layer else small_model(family)
+    program = from_torch(module, (small_input(layer, 16),), profile=False, **QUICK)
+    x = small_input(layer, 16)
     with torch.no_grad():
         assert _relative(program(x), module(x)) < 1e-5
+    assert np.isfinite(program(x).numpy()).all()
 
 
 def test_a_mask_filled_with_minus_infinity_and_other_corners_match_eager() -> None:
