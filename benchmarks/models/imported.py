@@ -55,6 +55,7 @@ if torch is not None:
             import transformers
             from transformers.models.llama import modeling_llama
 
+            config: Any
             if family == "llama":
                 config = transformers.LlamaConfig(hidden_size=LAYER_WIDTH, intermediate_size=2 * LAYER_WIDTH,
                                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB)
