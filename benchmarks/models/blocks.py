@@ -56,9 +56,10 @@ def torch_rope(t):
 def torch_llama_block(x, attn_norm, ffn_norm, wq, wk, wv, wo, w_gate, w_up, w_down):
     tokens = x.shape[0]
     h = F.rms_norm(x, (WIDTH,), attn_norm, eps=RMS_EPS)
-    q, k, v = (F.linear(h, w).view(tokens, HEADS, HEAD_DIM).transpose(0, 1) for w in (wq, wk, wv))
+    # (batch, heads, tokens, dim), as Hugging Face's Llama calls SDPA: given 3-D tensors SDPA takes its math path
+    q, k, v = (F.linear(h, w).view(1, tokens, HEADS, HEAD_DIM).transpose(1, 2) for w in (wq, wk, wv))
     attended = F.scaled_dot_product_attention(torch_rope(q), torch_rope(k), v, is_causal=True)
-    x = x + F.linear(attended.transpose(0, 1).reshape(tokens, WIDTH), wo)
+    x = x + F.linear(attended.transpose(1, 2).reshape(tokens, WIDTH), wo)
     h = F.rms_norm(x, (WIDTH,), ffn_norm, eps=RMS_EPS)
     return x + F.linear(F.silu(F.linear(h, w_gate)) * F.linear(h, w_up), w_down)
 

@@ -6,12 +6,10 @@ Their inputs are the model's own: token ids drawn from the vocabulary and the mo
 reference is the module itself, in the dtype it is given (the float32 truth is the same float16 weights widened)."""
 from __future__ import annotations
 
-import copy
 import functools
 from typing import Any
 
 from tensorsmith.bench import Case, DeferredCase
-from tensorsmith.ir.dtypes import DType
 
 try:
     import torch
@@ -26,26 +24,6 @@ SMALL_MODULES = [(family, False) for family in FAMILIES] + [(family, True) for f
 
 
 if torch is not None:
-    class Logits(torch.nn.Module):
-        """A causal language model called as ids -> logits, what the importers' tests export."""
-
-        def __init__(self, model: torch.nn.Module):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            return self.model(input_ids=ids, use_cache=False).logits
-
-    class Hidden(torch.nn.Module):
-        """An encoder's last hidden state for token ids (an encoder has no logits)."""
-
-        def __init__(self, model: torch.nn.Module) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            return self.model(input_ids=ids).last_hidden_state
-
     class Layer(torch.nn.Module):
         """One transformer layer alone, called as hidden states (batch, tokens, width) -> hidden states, causal:
         a Llama decoder layer with the rotary embedding it is given, or a GPT-2 block."""
@@ -90,6 +68,8 @@ def small_model(family: str) -> Any:
     128, exact GELU, token types and positions from its buffers), vocabulary 1000, float32, in eval mode."""
     import transformers
 
+    from tensorsmith.suite.hugging_face import Hidden, Logits
+
     if family == "bert":
         return Hidden(transformers.BertModel(transformers.BertConfig(
             hidden_size=128, num_hidden_layers=1, num_attention_heads=4, intermediate_size=256, vocab_size=VOCAB,
@@ -106,30 +86,11 @@ def small_model(family: str) -> Any:
 
 
 def imported_case(family: str) -> Case:
-    """The model imported where it runs, on the GPU where there is one (there PyTorch's attention is one fused op,
-    on the CPU the math it decomposes into), as a user imports the model they run."""
-    from tensorsmith.torch_import import import_torch
+    """The toy model of `family` in float16 on TOKENS ids, imported as every Hugging Face case is."""
+    from tensorsmith.suite.hugging_face import hf_case
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(0)
-    half = small_model(family).half().to(device)
-    imported = import_torch(half, (torch.zeros(1, TOKENS, dtype=torch.long, device=device),), name=f"hf_{family}")
-    full = copy.deepcopy(half).float()      # the same weights, widened: the truth the float16 runs are held to
-    (ids,) = imported.arguments
-    probe = next(name for name, value in imported.bound.items() if value.is_floating_point())
-    bound = {name: (value.int() if imported.graph.inputs[name].dtype == DType.INT32 else value).detach().to(device)
-             for name, value in imported.bound.items()}
-
-    def values(torch_module: Any, seed: int) -> dict[str, Any]:
-        generator = torch.Generator(device=device).manual_seed(seed)
-        drawn = torch.randint(0, VOCAB, (1, TOKENS), generator=generator, device=device, dtype=torch.int32)
-        return {ids: drawn, **bound}
-
-    def reference(**tensors: Any) -> Any:
-        model = full if tensors[probe].dtype == torch.float32 else half
-        return model(tensors[ids].long())
-
-    return Case(imported.graph, reference, "imported", values=values, note=_note(family))
+    return hf_case(functools.partial(small_model, family), (1, TOKENS), VOCAB, f"hf_{family}", "imported",
+                   _note(family))
 
 
 def _note(family: str) -> str:

@@ -15,7 +15,7 @@ from tensorsmith.ir.ops import Op
 from tensorsmith.search.verify import weight_scales
 
 SUITE_PACKAGE = "tensorsmith.suite"    # benchmarks/models/, installed with tensorsmith
-FAMILIES = ("memory-bound", "matmul", "fused", "algebra", "attention", "block", "imported")
+FAMILIES = ("memory-bound", "matmul", "fused", "algebra", "attention", "block", "imported", "model", "depth")
 
 
 class CaseError(TensorsmithError):
@@ -31,7 +31,8 @@ class Case:
     rest N(0, 1)) except where `std` gives an input's standard deviation (a bias's, say), or `values(torch, seed)`
     gives them all (an imported model's token ids and its own weights, which random draws would not stand for);
     `flops` overrides the FLOPs of contractions read off the graph where that count misleads (a causal mask halves
-    the work to do).
+    the work to do). `backend(torch)`, where given, is the model as `torch.compile(model, backend="tensorsmith")`
+    makes it, called like `reference`: a user's other way in from PyTorch, measured as called beside ours.
     """
 
     graph: Graph
@@ -41,6 +42,7 @@ class Case:
     flops: float | None = None
     note: str = ""
     values: Callable[[Any, int], dict[str, Any]] | None = None
+    backend: Callable[[Any], Callable[..., Any]] | None = None
 
     def __post_init__(self) -> None:
         _check_family(self.graph.name, self.family)
@@ -88,6 +90,7 @@ class DeferredCase:
     family: str
     build: Callable[[], Case]
     note: str = ""
+    parameters: Callable[[], int] | None = None   # the model's parameter count, without building it (for --list)
 
     def __post_init__(self) -> None:
         _check_family(self.name, self.family)
@@ -117,6 +120,12 @@ def _is_product_of_broadcasts(node: Node) -> bool:
     """sum(expand(a) * expand(b)) is a contraction (a matmul, attention's scores, a batched product); sum(x * x)
     is not."""
     return node.op == Op.MUL and any(src.op == Op.EXPAND for src in node.srcs)
+
+
+def half_precision_contractions(graph: Graph) -> bool:
+    """Whether the graph multiplies float16 or bfloat16 matrices: products a baseline should run on tensor cores."""
+    return any(node.op == Op.SUM and _is_product_of_broadcasts(node.srcs[0]) and node.srcs[0].dtype.itemsize == 2
+               and node.srcs[0].dtype.is_float for node in toposort(graph.outputs.values()))
 
 
 def causal_attention_flops(batch: int, heads: int, tokens: int, head_dim: int) -> float:

@@ -16,8 +16,8 @@ from tensorsmith.ir.knobs import CACHE_DIR_ENV
 
 from .case import FAMILIES, AnyCase, Case, load_suite, select
 from .harness import BASELINES, DEFAULT_BASELINES, Harness, commit
-from .report import (NOT_RUN, Row, format_text, from_json, markdown, ratio, summary, table_rows, unmeasured_row,
-                     write_results)
+from .report import format_text, from_json, markdown, summary, table_rows, write_results
+from .results import NOT_RUN, Row, ratio, unmeasured_row
 
 DEFAULT_BUDGET_S = 10.0
 
@@ -54,9 +54,7 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
     cases = select(load_suite(), args.cases)
     if args.list:
         for case in cases:
-            size = (f"{case.bytes_moved() / 1e6:9.1f} MB {case.matmul_flops() / 1e9:9.1f} GFLOP"
-                    if isinstance(case, Case) else f"{'(built when run)':>25s}")
-            print(f"{case.name:30s} {case.family:13s} {size}  {case.note}")
+            print(f"{case.name:30s} {case.family:13s} {_listed_size(case):>25s}  {case.note}")
         return 0
     output = Path(args.output) if args.output else None
     if output is not None and output.is_dir():
@@ -75,6 +73,20 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
         return _run(torch, cases, baselines, args, output, argv, None)
     with tempfile.TemporaryDirectory(prefix="tensorsmith-bench-") as fresh:
         return _run(torch, cases, baselines, args, output, argv, Path(fresh))
+
+
+def _listed_size(case: AnyCase) -> str:
+    """What `--list` says of a case's size: its floor's bytes and FLOPs, or a deferred model's parameter count (read
+    without building it), as a user sizes the model they run."""
+    if isinstance(case, Case):
+        return f"{case.bytes_moved() / 1e6:9.1f} MB {case.matmul_flops() / 1e9:9.1f} GFLOP"
+    if case.parameters is None:
+        return "(built when run)"
+    try:
+        count = case.parameters()
+    except ImportError:
+        return "(needs torch and transformers)"
+    return f"{count / 1e9:.2f} B params" if count >= 1e9 else f"{count / 1e6:.1f} M params"
 
 
 def _log(text: str) -> None:

@@ -24,17 +24,21 @@ from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.knobs import CACHE_DIR_ENV
 from tensorsmith.search.verify import tolerance
 
+from .. import torch_backend
 from ..device_call import bind_device_arrays
 from ..executor import Session
 from ..pipeline import VERSION
 from ..pipeline import compile as ts_compile
 from ..program import Program
-from . import timing
-from .case import AnyCase, Case, built
-from .report import KernelTime, Measured, Row, unmeasured_row
+from . import profile, timing
+from .case import AnyCase, Case, built, half_precision_contractions
+from .results import KernelTime, Measured, Row, unmeasured_row
 
-BASELINES = ("eager", "compile", "max-autotune", "reduce-overhead")
-DEFAULT_BASELINES = ("eager", "compile", "max-autotune")
+# The ways a PyTorch user runs a model: as written (cuBLAS, SDPA's fused kernels), and through torch.compile's modes;
+# reduce-overhead replays CUDA graphs, which is what a user who minds launch overhead picks (the call column).
+BASELINES = ("eager", "compile", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
+DEFAULT_BASELINES = ("eager", "compile", "max-autotune-no-cudagraphs", "reduce-overhead")
+BACKEND = "backend"     # torch.compile(model, backend="tensorsmith"), where a case has a module to compile
 FAILURE_CHARS = 200     # a failure is one line on its row
 GPU_TIME = "@gpu"       # a baseline's runs queued behind a sleeping kernel: the GPU's time alone
 
@@ -157,8 +161,11 @@ class Harness:
                 self._check_ours(program, tensors, truth, limit, row, runs, stack)
                 if _rewritten(program) and "kernels" in runs:
                     self._check_written(case, tensors, truth, limit, row, runs, stack)
+            calls_sdpa = self._calls_sdpa(case, tensors)
             for name in self.baselines:
-                self._check_baseline(name, case, tensors, truth, limit, row, runs)
+                self._check_baseline(name, case, tensors, truth, limit, row, runs, calls_sdpa)
+            if case.backend is not None:
+                self._check_backend(case, tensors, truth, limit, row, runs)
             if runs:
                 queued = {f"{name}{GPU_TIME}": run for name, run in runs.items() if name in self.baselines}
                 times = timing.time_runs(torch, {**runs, **queued}, queued=frozenset({"kernels", WRITTEN, *queued}))
@@ -169,7 +176,16 @@ class Harness:
                         self._measured(row, name).ms = ms
 
     def _measured(self, row: Row, name: str) -> Measured:
-        return {"kernels": row.kernels, "call": row.call, WRITTEN: row.written}.get(name) or row.baselines[name]
+        return ({"kernels": row.kernels, "call": row.call, WRITTEN: row.written, BACKEND: row.backend}.get(name)
+                or row.baselines[name])
+
+    def _calls_sdpa(self, case: Case, tensors: dict[str, Any]) -> bool:
+        """Whether the reference, run as written, calls scaled_dot_product_attention (its profile's ops say)."""
+        try:
+            ops = profile.record(self.torch, lambda: case.reference(**tensors)).ops
+        except Exception:      # the eager baseline's own check reports a reference that fails
+            return False
+        return any("scaled_dot_product" in op for op in ops)
 
     def _compile(self, case: Case, row: Row) -> Program | None:
         """tensorsmith's program, compiled cold and then warm (from the cache), or None with the failure on the row."""
@@ -227,20 +243,55 @@ class Harness:
             runs[WRITTEN] = partial(_run_into, session, outputs)
 
     def _check_baseline(self, name: str, case: Case, tensors: dict[str, Any], truth: dict[str, Any], limit: float,
-                        row: Row, runs: dict[str, Callable[[], object]]) -> None:
+                        row: Row, runs: dict[str, Callable[[], object]], calls_sdpa: bool) -> None:
+        """A baseline compiled, checked against the truth, and profiled: one on a slow path (SDPA's math, 16-bit
+        matmuls without tensor cores) fails with the reason, as a wrong one does, and is not timed."""
         measured = row.baselines[name] = Measured()
         try:
             fn = make_baseline(self.torch, name, case.reference)
-            start = time.perf_counter()
-            outputs = as_outputs(case, fn(**tensors))
-            self.torch.cuda.synchronize()
-            measured.compile_s = time.perf_counter() - start
+            measured.compile_s, outputs = self._first_call(case, fn, tensors)
             measured.error = relative_error(self.torch, outputs, truth)
+            if measured.error <= limit:
+                ran = profile.record(self.torch, lambda: fn(**tensors))
+                measured.gpu_kernels = ran.kernels
+                slow = profile.slow_path(ran, calls_sdpa, half_precision_contractions(case.graph))
+                if slow is not None:
+                    measured.failure, measured.slow_path = f"{profile.SLOW_PATH}: {slow}", True
+                    return
         except Exception as err:   # a baseline that fails is reported on its row; the run goes on
             measured.failure = one_line(err)
             return
         if _right(measured, limit, "float32"):
             runs[name] = lambda: fn(**tensors)
+
+    def _check_backend(self, case: Case, tensors: dict[str, Any], truth: dict[str, Any], limit: float, row: Row,
+                       runs: dict[str, Callable[[], object]]) -> None:
+        """The case's module through torch.compile(backend="tensorsmith"), checked and then timed as called: the
+        other way a PyTorch user brings a model to tensorsmith."""
+        assert case.backend is not None
+        row.backend = measured = Measured()
+        options = dict(torch_backend.OPTIONS)
+        try:
+            with _cache_at(None if self.cache_root is None else self.cache_root / case.name):
+                torch_backend.OPTIONS.update(budget_s=self.budget_s, seed=self.seed, progress=False)   # as ours
+                fn = case.backend(self.torch)
+                measured.compile_s, outputs = self._first_call(case, fn, tensors)
+            measured.error = relative_error(self.torch, outputs, truth)
+        except Exception as err:
+            measured.failure = one_line(err)
+            return
+        finally:
+            torch_backend.OPTIONS.clear()
+            torch_backend.OPTIONS.update(options)
+        if _right(measured, limit, "PyTorch's"):
+            runs[BACKEND] = lambda: fn(**tensors)
+
+    def _first_call(self, case: Case, fn: Callable[..., Any], tensors: dict[str, Any]) -> tuple[float, dict]:
+        """The seconds of `fn`'s first call (its compile, for torch.compile's modes) and its outputs."""
+        start = time.perf_counter()
+        outputs = as_outputs(case, fn(**tensors))
+        self.torch.cuda.synchronize()
+        return time.perf_counter() - start, outputs
 
 
 @contextlib.contextmanager

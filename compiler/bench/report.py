@@ -2,154 +2,50 @@
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.files import write_atomic
 
+from .plot import depth_svg
+from .profile import Profile
+from .results import NOT_RUN, KernelTime, Measured, Row, geomean, ratio, us
+
 SECTION_BEGIN = "<!-- tensorsmith bench: begin (written by `tensorsmith bench -o`; edits inside are replaced) -->"
 SECTION_END = "<!-- tensorsmith bench: end -->"
 RESULTS_FORMAT = 1
-NOT_RUN = "not run"
-
-
-@dataclass
-class Measured:
-    """One way of running a case: its median time as its caller sees it (`ms`) and, where measured, the GPU's time
-    alone (`gpu_ms`, the runs queued behind a sleeping kernel); its first call's compile time; its error against
-    float32 PyTorch; and, where there is no time, why (`wrong`: the output was checked and is wrong)."""
-
-    ms: float | None = None
-    compile_s: float | None = None
-    error: float | None = None
-    failure: str | None = None     # one line: why there is no time
-    wrong: bool = False
-    gpu_ms: float | None = None
-
-
-@dataclass
-class KernelTime:
-    """One of tensorsmith's kernels as the compile measured it alone."""
-
-    name: str
-    archetype: str
-    ms: float | None
-    schedule: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class Row:
-    """One case of the suite, measured: tensorsmith's kernels and call, and each baseline."""
-
-    case: str
-    family: str
-    floor_ms: float
-    floor_bound: str                      # "memory" or "matmul": which term of the floor is larger
-    kernels: Measured = field(default_factory=Measured)
-    call: Measured = field(default_factory=Measured)
-    kernel_count: int | None = None
-    compile_warm_s: float | None = None
-    compile_stages: dict[str, float] = field(default_factory=dict)   # the cold compile's seconds per stage
-    kernel_times: list[KernelTime] = field(default_factory=list)
-    baselines: dict[str, Measured] = field(default_factory=dict)
-    note: str = ""
-    commit: str | None = None             # what ran, where rows of several runs are joined
-    budget_s: float | None = None
-    forms: list[dict[str, Any]] = field(default_factory=list)   # the program report's algebraic forms searched
-    written: Measured | None = None       # the graph as written compiled with rewrites off, where the form differs
-
-    def best_baseline(self, gpu_time: bool = False) -> tuple[str, float] | None:
-        """The fastest baseline that ran and was right, with its ms (as called, or with `gpu_time` the GPU's alone
-        where the run measured that)."""
-        timed: list[tuple[str, float]] = []
-        for name, m in self.baselines.items():
-            ms = _time(m, gpu_time)
-            if m.failure is None and ms:
-                timed.append((name, ms))
-        return min(timed, key=lambda t: t[1]) if timed else None
-
-    def speedup(self, ours: Measured) -> float | None:
-        """The best baseline's time over `ours` (above 1: tensorsmith is faster): our kernels' GPU time against the
-        baselines' GPU time (their time as called, in runs that did not measure it), our call against theirs."""
-        best = self.best_baseline(gpu_time=ours is self.kernels)
-        if best is None or not ours.ms or ours.failure is not None:
-            return None
-        return best[1] / ours.ms
-
-    def of_floor(self) -> float | None:
-        """The floor over tensorsmith's kernel time: 1.0 would be a program at the hardware's limit."""
-        return self.floor_ms / self.kernels.ms if self.kernels.ms and self.kernels.failure is None else None
-
-    def why_slower(self) -> str:
-        """Where tensorsmith's kernels lose to the best baseline, from its own measurements: the kernel that takes
-        the most time, and how far the program is from its floor."""
-        speedup = self.speedup(self.kernels)
-        if speedup is None or speedup >= 1.0:
-            return ""
-        floor = f"{self.of_floor():.0%} of its {self.floor_bound} floor"
-        timed = [k for k in self.kernel_times if k.ms is not None]
-        if not timed:
-            return f"{self.kernel_count or 'its'} kernels, none timed alone; {floor}"
-        slowest = max(timed, key=lambda k: k.ms or 0.0)
-        if len(timed) == 1:
-            return f"its one kernel ({slowest.archetype}) runs at {floor}"
-        share = (slowest.ms or 0.0) / sum(k.ms or 0.0 for k in timed)
-        return (f"{len(timed)} kernels at {floor}; {slowest.name} ({slowest.archetype}) takes {_us(slowest.ms)}, "
-                f"{share:.0%} of their sum")
-
-
-def unmeasured_row(case: str, family: str, baselines: list[str], why: str, **row: Any) -> Row:
-    """The row of a case that was not measured (not run, or not built): `why` in every column."""
-    return Row(case, family, 0.0, "-", Measured(failure=why), Measured(failure=why),
-               baselines={name: Measured(failure=why) for name in baselines}, **row)
-
-
-def _time(m: Measured, gpu_time: bool) -> float | None:
-    return (m.gpu_ms or m.ms) if gpu_time else m.ms
-
-
-def geomean(values: list[float]) -> float | None:
-    """The geometric mean, None for no values."""
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
-def _us(ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    return f"{ms * 1000:.1f} us" if ms < 1 else f"{ms:.2f} ms"
-
-
-def ratio(value: float | None) -> str:
-    """A speedup as printed: two decimals and an x, '-' for none."""
-    return f"{value:.2f}x" if value is not None else "-"
 
 
 def _cell(m: Measured) -> str:
     if m.failure is not None and m.failure.startswith(NOT_RUN):
         return NOT_RUN
+    if m.slow_path:
+        return "SLOW PATH"
     if m.failure is not None:
         return f"WRONG ({m.error:.2g})" if m.wrong and m.error is not None else "FAILED"
-    return _us(m.ms)
+    return us(m.ms)
 
 
-HEADER = ("case", "kernels", "call", "BASELINES", "x best (kernels)", "x best (call)", "of floor", "n",
-          "compile cold / warm", "error")
+HEADER = ("case", "kernels", "call", "BACKEND", "BASELINES", "best (kernels / call)", "x best (kernels)", "x best (call)", "of floor",
+          "n", "compile cold / warm", "error")
 
 
 def table_rows(rows: list[Row], baselines: list[str]) -> list[list[str]]:
-    """The table as cells: a header, then one row per case."""
-    header = [h for name in HEADER for h in (baselines if name == "BASELINES" else [name])]
+    """The table as cells: a header, then one row per case (a backend column where some row measured it)."""
+    backend = ["backend"] if any(row.backend is not None for row in rows) else []
+    columns = {"BASELINES": baselines, "BACKEND": backend}
+    header = [h for name in HEADER for h in columns.get(name, [name])]
     out = [header]
     for row in rows:
         floor = row.of_floor()
         compile_s = (f"{row.kernels.compile_s:.1f} s / {row.compile_warm_s:.2f} s"
                      if row.kernels.compile_s is not None and row.compile_warm_s is not None else "-")
         out.append([row.case, _cell(row.kernels), _cell(row.call),
+                    *([_cell(row.backend) if row.backend else "-"] if backend else []),
                     *(_cell(row.baselines.get(name, Measured(failure=NOT_RUN))) for name in baselines),
-                    ratio(row.speedup(row.kernels)), ratio(row.speedup(row.call)),
+                    row.best_modes(), ratio(row.speedup(row.kernels)), ratio(row.speedup(row.call)),
                     f"{floor:.0%}" if floor is not None else "-", str(row.kernel_count or "-"), compile_s,
                     f"{row.kernels.error:.1e}" if row.kernels.error is not None else "-"])
     return out
@@ -170,8 +66,9 @@ def summary(rows: list[Row]) -> dict[str, Any]:
             "tensorsmith_failures": [r.case for r in rows if r.kernels.failure is not None]}
 
 
-def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
-    """The run as a Markdown section: what ran where, the table, the geometric means, each failure and slow row."""
+def markdown(meta: dict[str, Any], rows: list[Row], plot: str | None = None) -> str:
+    """The run as a Markdown section: what ran where, the table, the geometric means, where the time goes in the rows
+    that lose, the depth series' plot (`plot`, its file name beside the Markdown), each failure and slow row."""
     baselines = list(meta["baselines"])
     cells = table_rows(rows, baselines)
     s = summary(rows)
@@ -195,6 +92,10 @@ def markdown(meta: dict[str, Any], rows: list[Row]) -> str:
                   f"call {ratio(s['geomean_call'])}, over the {s['cases_compared']} of {s['cases']} cases where "
                   f"both ran; tensorsmith faster on {s['cases_faster']}.", ""]
     lines += form_lines(rows)
+    lines += time_split_lines(rows)
+    if plot is not None:
+        lines += [f"Compile time and GPU time against the number of layers (the depth cases, `<model>_<N>layers`; "
+                  f"torch.compile's compile time is its first call's): ![depth series]({plot})", ""]
     problems = []
     for row in rows:
         failures = [(label, m) for label, m in [("tensorsmith", row.kernels), ("call", row.call),
@@ -223,14 +124,40 @@ def form_lines(rows: list[Row]) -> list[str]:
         ours = row.kernels.ms
         theirs = row.written.ms if row.written is not None and row.written.failure is None else None
         faster = f"{theirs / ours:.2f}x" if ours and theirs else "-"
-        shown = _us(theirs) if theirs else (row.written.failure or "-") if row.written is not None else "-"
-        lines.append(f"| {row.case} | `{change}` | {_us(ours)} | {shown} | {faster} |")
+        shown = us(theirs) if theirs else (row.written.failure or "-") if row.written is not None else "-"
+        lines.append(f"| {row.case} | `{change}` | {us(ours)} | {shown} | {faster} |")
     if not lines:
         return []
     return ["Cases whose winning algebraic form is not the written one (the rewrite is the e-graph's choice, written ->"
             " chosen; *written*: the graph compiled with rewrites off, the same budget; GPU time of the kernels, timed"
             " in turns with the columns above):", "",
             "| case | rewrite | kernels | written | x written |", "| --- | --- | --- | --- | --- |", *lines, ""]
+
+
+def time_split_lines(rows: list[Row]) -> list[str]:
+    """Where the time goes in each row slower than its best baseline: our kernels' times (each measured alone, L2
+    flushed) summed by archetype, beside the best baseline's kernels (one profiled call) summed by class."""
+    lines = []
+    for row in rows:
+        speedup, best = row.speedup(row.kernels), row.best_baseline(gpu_time=True)
+        if speedup is None or speedup >= 1.0 or best is None:
+            continue
+        ours: dict[str, float] = {}
+        for kernel in row.kernel_times:
+            ours[kernel.archetype] = ours.get(kernel.archetype, 0.0) + (kernel.ms or 0.0) * 1e3
+        theirs = Profile(row.baselines[best[0]].gpu_kernels).by_class()
+        lines.append(f"| {row.case} | {ratio(speedup)} {best[0]} | {_split(ours)} | {_split(theirs)} |")
+    if not lines:
+        return []
+    return ["Where the time goes in the rows tensorsmith loses: our kernels by archetype (each timed alone, L2 flushed)"
+            " beside the best baseline's kernels by class (from PyTorch's profiler, one call):", "",
+            "| case | x best | tensorsmith | baseline |", "| --- | --- | --- | --- |", *lines, ""]
+
+
+def _split(us_by_part: dict[str, float]) -> str:
+    """Microseconds by part, largest first: 'matmul 80.1 us, attention 12.0 us'."""
+    parts = sorted(us_by_part.items(), key=lambda item: -item[1])
+    return ", ".join(f"{name} {us(value / 1e3)}" for name, value in parts if value > 0) or "-"
 
 
 def write_markdown(path: Path, section: str) -> None:
@@ -280,6 +207,7 @@ def from_json(text: str) -> tuple[dict[str, Any], list[Row]]:
         r["kernel_times"] = [KernelTime(**k) for k in r["kernel_times"]]
         r["baselines"] = {name: Measured(**m) for name, m in r["baselines"].items()}
         r["written"] = Measured(**r["written"]) if r.get("written") else None
+        r["backend"] = Measured(**r["backend"]) if r.get("backend") else None
         row = Row(**r)
         row.commit = row.commit or meta["commit"]
         row.budget_s = row.budget_s if row.budget_s is not None else meta["budget_s"]
@@ -288,8 +216,12 @@ def from_json(text: str) -> tuple[dict[str, Any], list[Row]]:
 
 
 def write_results(markdown_path: Path, meta: dict[str, Any], rows: list[Row]) -> Path:
-    """BENCHMARKS.md's section and, beside it, the JSON of every number (<stem>.json); returns the JSON's path."""
+    """BENCHMARKS.md's section and, beside it, the JSON of every number (<stem>.json) and the depth series' plot
+    (<stem>-depth.svg, where the rows hold depth cases); returns the JSON's path."""
     json_path = markdown_path.with_suffix(".json")
     write_atomic(json_path, to_json(meta, rows).encode())
-    write_markdown(markdown_path, markdown(meta, rows))
+    svg, plot = depth_svg(rows), markdown_path.with_name(f"{markdown_path.stem}-depth.svg")
+    if svg is not None:
+        write_atomic(plot, svg.encode())
+    write_markdown(markdown_path, markdown(meta, rows, plot.name if svg is not None else None))
     return json_path

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tensorsmith.bench.report import (SECTION_BEGIN, SECTION_END, KernelTime, Measured, Row, from_json, markdown,
-                                      summary, table_rows, to_json, write_markdown, write_results)
+from tensorsmith.bench.report import (SECTION_BEGIN, SECTION_END, from_json, markdown, summary, table_rows, to_json,
+                                      write_markdown, write_results)
+from tensorsmith.bench.results import KernelTime, Measured, Row
 from tensorsmith.ir.errors import TensorsmithError
 
 META = {"date": "2026-12-01", "commit": "abc1234", "gpu": "NVIDIA H200", "driver": "580", "torch": "2.11",
@@ -138,3 +139,72 @@ def test_a_row_whose_form_is_not_the_written_one_is_listed_with_the_written_grap
 def test_the_written_graphs_time_round_trips_through_json() -> None:
     _, back = from_json(to_json(META, [_rewritten_row()]))
     assert back[0].written == _rewritten_row().written and back[0].forms == _rewritten_row().forms
+
+
+def test_a_baseline_on_a_slow_path_is_shown_so_and_is_never_the_best() -> None:
+    row = _rows()[1]
+    row.baselines["eager"] = Measured(failure="not at its best: SDPA's math path", slow_path=True)
+    row.baselines["compile"] = Measured(0.5, 3.0, 1e-4, gpu_ms=0.4)
+    cells = dict(zip(*table_rows([row], ["eager", "compile"])))
+    assert cells["eager"] == "SLOW PATH"
+    assert cells["best (kernels / call)"] == "compile"
+    assert row.speedup(row.kernels) == pytest.approx(0.4 / 0.8)
+
+
+def test_the_best_column_names_both_modes_where_kernels_and_call_differ() -> None:
+    row = _rows()[0]
+    row.baselines = {"compile": Measured(0.30, 3.0, 1e-4, gpu_ms=0.10), "reduce-overhead": Measured(0.12, 4.0, 1e-4,
+                                                                                                  gpu_ms=0.11)}
+    assert row.best_modes() == "compile / reduce-overhead"
+    row.baselines["compile"].gpu_ms = 0.2
+    assert row.best_modes() == "reduce-overhead"
+
+
+def test_where_the_time_goes_in_a_slower_row() -> None:
+    slow = _rows()[1]
+    slow.baselines["eager"].gpu_kernels = {"nvjet_sm90_hsh_256x128": 60.0, "triton_poi_fused_add_0": 5.0}
+    text = markdown(META, [slow])
+    line = next(l for l in text.splitlines() if l.startswith("| slow | 0.10x eager"))
+    assert "matmul 800.0 us" in line              # our two matmul kernels, 0.06 + 0.74 ms
+    assert "matmul 60.0 us, elementwise 5.0 us" in line
+
+
+def test_a_backend_column_appears_where_a_row_measured_it() -> None:
+    rows = _rows()
+    assert "backend" not in table_rows(rows, ["eager", "compile"])[0]
+    rows[0].backend = Measured(0.5, 20.0, 2e-4)
+    cells = table_rows(rows, ["eager", "compile"])
+    assert cells[1][cells[0].index("backend")] == "500.0 us" and cells[2][cells[0].index("backend")] == "-"
+    meta, back = from_json(to_json(META, rows))
+    assert back[0].backend == rows[0].backend and back[1].backend is None
+
+
+def _depth_rows() -> list[Row]:
+    rows = []
+    for layers in (1, 2, 4):
+        rows.append(Row(f"llama1b_{layers}layers", "depth", 0.1, "matmul", Measured(0.2 * layers, 10.0 * layers, 1e-3),
+                        Measured(0.25 * layers, None, 1e-3),
+                        baselines={"compile": Measured(0.3 * layers, 20.0 + layers, 1e-3, gpu_ms=0.25 * layers)}))
+    return rows
+
+
+def test_the_depth_series_is_drawn_beside_the_markdown(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    target = tmp_path / "BENCHMARKS.md"
+    write_results(target, META, [*_rows(), *_depth_rows()])
+    plot = tmp_path / "BENCHMARKS-depth.svg"
+    assert "![depth series](BENCHMARKS-depth.svg)" in target.read_text()
+    lines = {(line.get("data-series"), index // 2): line.get("points")
+             for index, line in enumerate(ET.parse(plot).getroot().iter("{http://www.w3.org/2000/svg}polyline"))}
+    assert len(lines) == 4          # compile time and GPU time, ours and torch.compile's
+    ours_compile = [tuple(map(float, p.split(","))) for p in lines[("tensorsmith", 0)].split()]
+    assert len(ours_compile) == 3
+    assert [x for x, _ in ours_compile] == sorted(x for x, _ in ours_compile)      # layers left to right
+    assert [y for _, y in ours_compile] == sorted((y for _, y in ours_compile), reverse=True)   # more time, higher
+
+
+def test_no_plot_without_depth_cases(tmp_path: Path) -> None:
+    write_results(tmp_path / "BENCHMARKS.md", META, _rows())
+    assert not (tmp_path / "BENCHMARKS-depth.svg").exists()
+    assert "depth series" not in (tmp_path / "BENCHMARKS.md").read_text()
