@@ -43,8 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-json", nargs="+", metavar="RESULTS.json",
                         help="no run: write -o (or print) from the results of earlier runs, rows joined in order")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the search")
-    parser.add_argument("--cache-dir", help="tensorsmith's cache to use (default: a fresh one for each case, so that"
-                                             " every compile is cold; then a second compile measures the warm one)")
+    parser.add_argument("--cache-dir", help="tensorsmith's cache to use (default: a fresh one for each case, and fresh"
+                                             " Inductor and Triton caches for each baseline, so that every compile is"
+                                             " cold; then a second compile measures our warm one)")
     parser.add_argument("--commit", default=None, help="the commit to name in the report (default: git's)")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
 

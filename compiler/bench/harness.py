@@ -38,6 +38,7 @@ from .results import KernelTime, Measured, Row, unmeasured_row
 # reduce-overhead replays CUDA graphs, which is what a user who minds launch overhead picks (the call column).
 BASELINES = ("eager", "compile", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
 DEFAULT_BASELINES = ("eager", "compile", "max-autotune-no-cudagraphs", "reduce-overhead")
+INDUCTOR_CACHE_ENV, TRITON_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"
 BACKEND = "backend"     # torch.compile(model, backend="tensorsmith"), where a case has a module to compile
 FAILURE_CHARS = 200     # a failure is one line on its row
 GPU_TIME = "@gpu"       # a baseline's runs queued behind a sleeping kernel: the GPU's time alone
@@ -249,7 +250,8 @@ class Harness:
         measured = row.baselines[name] = Measured()
         try:
             fn = make_baseline(self.torch, name, case.reference)
-            measured.compile_s, outputs = self._first_call(case, fn, tensors)
+            with _torch_caches_at(None if self.cache_root is None else self.cache_root / case.name / name):
+                measured.compile_s, outputs = self._first_call(case, fn, tensors)
             measured.error = relative_error(self.torch, outputs, truth)
             if measured.error <= limit:
                 ran = profile.record(self.torch, lambda: fn(**tensors))
@@ -297,18 +299,32 @@ class Harness:
 @contextlib.contextmanager
 def _cache_at(root: Path | None) -> Iterator[None]:
     """tensorsmith's caches (programs and cubins) at `root` while the block runs (None: wherever they are)."""
-    if root is None:
+    with _environment({} if root is None else {CACHE_DIR_ENV: str(root)}):
         yield
-        return
-    before = os.environ.get(CACHE_DIR_ENV)
-    os.environ[CACHE_DIR_ENV] = str(root)
+
+
+@contextlib.contextmanager
+def _torch_caches_at(root: Path | None) -> Iterator[None]:
+    """Inductor's and Triton's on-disk caches under `root` while the block runs, so that a baseline's first call is
+    a cold compile as ours is, not a hit on the kernels an earlier case of the same shapes left (None: as they are)."""
+    with _environment({} if root is None else {INDUCTOR_CACHE_ENV: str(root / "inductor"),
+                                               TRITON_CACHE_ENV: str(root / "triton")}):
+        yield
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """The environment variables `values` set while the block runs, then put back as they were."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(CACHE_DIR_ENV, None)
-        else:
-            os.environ[CACHE_DIR_ENV] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run_into(session: Session, outputs: dict[str, Any]) -> None:
