@@ -17,7 +17,7 @@ import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.codegen.nvrtc import build_options, run_nvrtc
 from tensorsmith.codegen.render import render_kernel
-from tensorsmith.codegen.schedules import is_valid
+from tensorsmith.codegen.spaces import is_valid
 from tensorsmith.ir.targets import get_target
 from tensorsmith.search.cost import kernel_cost
 from tensorsmith.search.partition import partition

@@ -271,6 +271,14 @@ class _Invariants:
     memo: dict[tuple[int, Index], str]
 
 
+LAST_AXIS_INDEX = re.compile(r"\bk\b")   # the element index along the last axis in the templates' vector loops
+
+
+def ceil_div(a: int, b: int) -> int:
+    """a / b rounded up, at least 1: the blocks (or loop steps) that cover `a` items `b` at a time."""
+    return max(1, -(-a // b))
+
+
 def is_inline_reduce(node: Node) -> bool:
     """Whether a reduction is short enough to unroll in place rather than reduce cooperatively."""
     return node.op in (Op.SUM, Op.MAX) and node.srcs[0].shape[node.arg] <= INLINE_REDUCE_LIMIT

@@ -22,7 +22,7 @@ from tensorsmith.ir.patterns import MatmulMatch, match_matmul
 from tensorsmith.ir.targets import TARGETS
 
 from .emit import Emitter, NotFusable, delinearize, linear_index, pair_store
-from .schedules import SM_COUNT, wgmma_schedule_ok
+from .spaces import SM_COUNT, wgmma_schedule_ok
 from .tensor_map import TensorMapSpec
 
 MMA_TYPES = {DType.FLOAT16: ("__half", "__float2half_rn"), DType.BFLOAT16: ("__nv_bfloat16", "__float2bfloat16_rn")}

@@ -1,4 +1,4 @@
-"""Each archetype's schedule space (what search may choose) and the default choice for a kernel."""
+"""The default schedule of a kernel, before search tunes it: a sensible point of its archetype's space (spaces.py)."""
 from __future__ import annotations
 
 import math
@@ -6,38 +6,28 @@ import math
 from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.ops import REDUCE
 
-# The parameters each archetype's template takes, and the values search may try.
-ARCHETYPES: dict[str, dict[str, tuple[int, ...]]] = {
-    "pointwise": {"block": (128, 256, 512), "vec": (1, 2, 4, 8)},
-    "row_reduce": {"row_threads": (32, 64, 128, 256, 512, 1024), "block": (32, 64, 128, 256, 512, 1024),
-                   "vec": (1, 2, 4, 8)},
-    "matmul": {"bm": (32, 64, 128), "bn": (64, 128, 256), "bk": (32, 64), "stages": (2, 3, 4, 6, 8, 12),
-               "warps_m": (1, 2, 4), "warps_n": (2, 4), "split_k": (1, 2, 4, 8), "wgmma": (0, 1)},
-    # bq = 16: decode (warps split the keys); wgmma = 1: Hopper's wgmma fed by TMA (bq 128, bkv 64 or 128)
-    "attention": {"bq": (16, 64, 128), "bkv": (32, 64, 128), "wgmma": (0, 1)},
-}
+from .attention import attention_body, kernel_attention
+from .matmul import WGMMA_ALIGN, takes_wgmma, tensor_core_match, wgmma_shared_bytes
+from .pointwise import pointwise_vector_width
+from .row_reduce import vector_width
+from .spaces import ARCHETYPES, HOPPER, SM_COUNT
+
 BUSY_BLOCKS = 128          # blocks that keep every SM of an H100/H200 busy
-SM_COUNT = 132             # an H100 SXM's or H200's SMs: a grid of at most this many blocks runs in one wave
 DEEP_RING_BYTES = 192 * 1024   # a one-wave TMA matmul's ring: the deepest that fits in this much shared memory
 SHORT_K = 4096             # at most this deep, a small-M matmul's 64x64 tiles beat a split of K (_matmul_default)
 MIN_TILES_PER_SPLIT = 4    # K tiles each block of a split keeps, so its pipeline fills
-ELEMENTS_PER_THREAD = 8   # aim for this many elements of a row per thread in each strided loop
-
-
-HOPPER = "sm_90"   # thread-block clusters, TMA and wgmma
+ELEMENTS_PER_THREAD = 8    # aim for this many elements of a row per thread in each strided loop
 
 
 def default_schedule(kernel: Kernel, shapes: dict[str, tuple[int, ...]], arch: str = HOPPER) -> Schedule:
     """A sensible schedule before search tunes it, for the target architecture `arch` (NVRTC's name): enough
     threads per row to keep ~8 elements each; for a matmul, Hopper's features only on Hopper."""
     if kernel.archetype == "pointwise":   # 16-byte accesses where the last axis allows
-        from .render import pointwise_vector_width   # render imports this module
         return Schedule.of(block=256, vec=pointwise_vector_width(kernel, shapes))
     if kernel.archetype == "matmul":
         return _matmul_default(kernel, shapes, arch == HOPPER)
     if kernel.archetype == "attention":
         return _attention_default(kernel, shapes, arch == HOPPER)
-    from .render import vector_width   # render imports this module
     vec = vector_width(kernel, shapes)
     longest = max((n.srcs[0].shape[n.arg] for n in kernel.body if n.op in REDUCE), default=1)
     per_thread = ELEMENTS_PER_THREAD if vec == 1 else 2 * vec
@@ -60,7 +50,6 @@ def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: 
     0.92, the traffic costs more). There K splits in two, into more only where two would leave three quarters
     of the SMs idle: clusters of four do not all fit on the GPCs at once (16 x 4096 x 4096: split in two with
     8 stages 0.98, in four with 4 stages 0.93)."""
-    from .matmul import takes_wgmma, tensor_core_match   # matmul imports emit, which this module must not need
     match = next(m for n in kernel.body if (m := tensor_core_match(n)) is not None)
     rows, cols, depth = match.dims
     batches = math.prod(match.batch_shape)
@@ -87,7 +76,6 @@ def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: 
 def _wgmma_schedule(bm: int, bn: int, split_k: int, one_wave: bool) -> Schedule:
     """A TMA matmul schedule: 4 stages, or with `one_wave` (every block on its own SM) the deepest ring of the
     space within DEEP_RING_BYTES."""
-    from .matmul import WGMMA_ALIGN, wgmma_shared_bytes   # matmul imports this module
     stages = max(s for s in ARCHETYPES["matmul"]["stages"]
                  if s == 4 or one_wave and wgmma_shared_bytes(bm, bn, 64, s) - WGMMA_ALIGN <= DEEP_RING_BYTES)
     return Schedule.of(bm=bm, bn=bn, bk=64, stages=stages, warps_m=bm // 64, warps_n=4, split_k=split_k, wgmma=1)
@@ -99,7 +87,6 @@ def _attention_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hoppe
     4x32x2048x2048x128 fp16: 372 us against mma.sync's 672); else 128 queries per block (64 for short ones), and
     key tiles of 128 (32 where the head dim is past 128, to keep the accumulators in registers; mma.sync, same
     shape: key tiles of 128 713 us, of 64 898 us, of 32 856 us)."""
-    from .attention import attention_body, kernel_attention   # attention imports emit, which schedules must not
     (_, out), = kernel.outputs
     match = kernel_attention(out)
     queries, head_dim = (match.dims[0], max(match.dims[2:])) if match is not None else (128, 128)
@@ -109,41 +96,3 @@ def _attention_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hoppe
     if hopper and queries >= 128 and attention_body(kernel, shapes, wgmma).get("template") == "attention_tma":
         return wgmma
     return Schedule.of(bq=128 if queries >= 128 else 64, bkv=128 if head_dim <= 128 else 32, wgmma=0)
-
-
-def is_valid(archetype: str, schedule: Schedule) -> bool:
-    """Whether `schedule` lies in the archetype's space (and row threads divide the block)."""
-    space = ARCHETYPES[archetype]
-    params = schedule.as_dict()
-    if set(params) != set(space) or any(v not in space[k] for k, v in params.items()):
-        return False
-    if archetype == "row_reduce":
-        threads, block = params["row_threads"], params["block"]
-        return block % threads == 0 and (threads == 32 or block == threads)
-    if archetype == "matmul":
-        return matmul_schedule_ok(params)
-    if archetype == "attention":   # whole 16-row warps and pairs of n8 score tiles; wgmma's two warpgroups
-        wgmma_ok = params["bq"] == 128 and params["bkv"] >= 64
-        return params["bq"] % 16 == 0 and params["bkv"] % 16 == 0 and (wgmma_ok or not params["wgmma"])
-    return True
-
-
-MAX_ACCUMULATORS = 128   # fp32 accumulator registers per thread; past this the tile spills
-
-
-def matmul_schedule_ok(params: dict[str, int]) -> bool:
-    """4 or 8 warps whose warp tiles are whole 16x16 fragments, with at most MAX_ACCUMULATORS per thread."""
-    bm, bn, warps_m, warps_n = params["bm"], params["bn"], params["warps_m"], params["warps_n"]
-    if params.get("wgmma") and not wgmma_schedule_ok(params):
-        return False
-    if warps_m * warps_n not in (4, 8) or bm % (16 * warps_m) or bn % (16 * warps_n):
-        return False
-    return (bm // warps_m) * (bn // warps_n) // 32 <= MAX_ACCUMULATORS
-
-
-def wgmma_schedule_ok(params: dict[str, int]) -> bool:
-    """wgmma's tiling (matmul_wgmma.cu.j2): one warpgroup (warps_n = 4) per 64 rows, BK = 64 (one 128-byte
-    swizzled row per K slice), a pipeline at least 3 deep; K split only on TMA (matmul_tma.cu.j2). Such a schedule
-    is also a valid mma.sync one, which is what renders where the operands rule wgmma (or its split) out."""
-    return (params["bk"] == 64 and params["warps_n"] == 4 and params["bm"] == 64 * params["warps_m"]
-            and params["stages"] >= 3)

@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -29,10 +29,9 @@ from tensorsmith.codegen import runtime
 from tensorsmith.ir.dtypes import DType, numpy_dtype
 from tensorsmith.ir.errors import DeviceError, InputError
 
+from .compiled import CompiledProgram
 from .executor import VECTOR_ALIGNMENT, Session, kernel_launches, loaded_functions
 
-if TYPE_CHECKING:
-    from .program import Program
 
 GRAPHS_PER_STREAM = 4      # address sets kept replayable per stream: a caller alternating a few output buffers hits
 STREAMS_KEPT = 8           # streams whose workspace and graphs are kept; the least recently used is let go after
@@ -168,7 +167,7 @@ def _stream_key(framework: _Torch | _Cupy, stream: int) -> tuple[str, int, int]:
     return framework.name, stream, threading.get_ident() if stream == PER_THREAD_STREAM else 0
 
 
-def workspace_layout(program: Program) -> tuple[dict[str, int], int]:
+def workspace_layout(program: CompiledProgram) -> tuple[dict[str, int], int]:
     """Each temporary's byte offset in one workspace, and the workspace's size."""
     offsets, size = {}, 0
     for name, buf in program.buffers.items():
@@ -178,7 +177,7 @@ def workspace_layout(program: Program) -> tuple[dict[str, int], int]:
     return offsets, size
 
 
-def input_pointer(program: Program, framework: _Torch | _Cupy, name: str, value: Any, held: list[Any]) -> int:
+def input_pointer(program: CompiledProgram, framework: _Torch | _Cupy, name: str, value: Any, held: list[Any]) -> int:
     """The device address the kernels read input `name` at, once `value` is checked to be what the program takes; a
     view at an address not 16-byte aligned is copied first (into `held`), as the kernels read 16 bytes at a time."""
     ptr, shape, dtype, contiguous = framework.describe(value)
@@ -203,9 +202,9 @@ class _StreamState:
 
 
 class DeviceCaller:
-    """A Program's calls on GPU arrays; see the module's docstring. One per Program, made on its first such call."""
+    """A Program's calls on GPU arrays; see the module's docstring. One per CompiledProgram, made on its first such call."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: CompiledProgram):
         self.program = program
         self.lock = threading.Lock()
         self.kernels = list(program.kernels)
@@ -326,7 +325,7 @@ class DeviceCaller:
         return outputs
 
 
-def bind_device_arrays(program: Program, inputs: dict[str, Any], stack: ExitStack) -> tuple[Session, dict[str, Any]]:
+def bind_device_arrays(program: CompiledProgram, inputs: dict[str, Any], stack: ExitStack) -> tuple[Session, dict[str, Any]]:
     """A Session whose inputs are the caller's GPU arrays and whose outputs are new arrays of the caller's framework
     (returned too), launching on the legacy default stream, so that its launches can be repeated and timed one by
     one; temporaries live as long as `stack`."""

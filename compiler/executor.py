@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from statistics import median
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -31,10 +31,9 @@ from tensorsmith.ir.dtypes import DType, bfloat16_to_float, float_to_bfloat16, n
 from tensorsmith.ir.errors import DeviceError, KernelFault
 from tensorsmith.ir.kernel_program import Buffer
 
+from .compiled import CompiledKernel, CompiledProgram
 from .isolation import Worker, WorkerCrashed, WorkerStartFailed, WorkerTimedOut
 
-if TYPE_CHECKING:
-    from .program import CompiledKernel, Program
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ class LaunchPlan:
     outputs: tuple[str, ...]
 
     @staticmethod
-    def of(program: Program | LaunchPlan) -> LaunchPlan:
+    def of(program: CompiledProgram | LaunchPlan) -> LaunchPlan:
         return LaunchPlan(tuple(program.kernels), dict(program.buffers), tuple(program.outputs))
 
 
@@ -94,7 +93,7 @@ def kernel_launches(kernels: Sequence[CompiledKernel], functions: Sequence[runti
 _loaded: dict[int, dict[tuple[str, bytes], runtime.Function]] = {}
 
 
-def loaded_functions(program: Program | LaunchPlan) -> list[runtime.Function]:
+def loaded_functions(program: CompiledProgram | LaunchPlan) -> list[runtime.Function]:
     """The loaded kernel functions of `program`, in launch order (a LaunchPlan's are loaded each time)."""
     keys = [(kernel.name, kernel.cubin) for kernel in program.kernels]
     if isinstance(program, LaunchPlan):
@@ -109,14 +108,14 @@ def loaded_functions(program: Program | LaunchPlan) -> list[runtime.Function]:
 
 @dataclass
 class Session:
-    """Device memory and loaded modules for one Program, so that launches can be repeated and timed.
+    """Device memory and loaded modules for one CompiledProgram, so that launches can be repeated and timed.
 
     `borrowed` maps buffer names to device pointers the caller owns (zero-copy inputs and outputs);
     every other buffer is allocated here and freed with `stack`. A Program's modules stay loaded
     between sessions (for as long as the Program lives).
     """
 
-    program: Program | LaunchPlan
+    program: CompiledProgram | LaunchPlan
     stack: ExitStack
     borrowed: dict[str, int] = field(default_factory=dict)
 
@@ -155,7 +154,7 @@ class Session:
         return out
 
 
-def run_on_gpu(program: Program, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_on_gpu(program: CompiledProgram, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One run of every kernel on host arrays, copied in and out; outputs are poisoned first. The device buffers are
     the program's own, allocated on its first run and kept while it lives, so that later runs allocate nothing."""
     state = program.gpu_state
@@ -169,7 +168,7 @@ def run_on_gpu(program: Program, arrays: dict[str, np.ndarray]) -> dict[str, np.
         return session.download()
 
 
-def profile_on_gpu(program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
+def profile_on_gpu(program: CompiledProgram | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
                    repeat: int = 50, per_kernel: bool = True) -> Profile:
     """Outputs of one run on poisoned buffers, then each kernel's median ms (with `per_kernel`; else []) and the
     whole program's, its launches replayed as one CUDA graph (L2 flushed before each run)."""
@@ -188,7 +187,7 @@ def profile_on_gpu(program: Program | LaunchPlan, arrays: dict[str, np.ndarray],
 class Profiler(Protocol):
     """Where programs are measured: `InProcess` or `InWorker`."""
 
-    def profile(self, program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
+    def profile(self, program: CompiledProgram | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
                 repeat: int = 50, per_kernel: bool = True, expected_s: float = 0.0) -> Profile:
         """profile_on_gpu's outputs and times; `expected_s` is the program's predicted time, for a deadline."""
         ...
@@ -200,7 +199,7 @@ class Profiler(Protocol):
 class InProcess:
     """Measure in this process (profile_on_gpu): for trusted programs, as a fault here is this process's."""
 
-    def profile(self, program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
+    def profile(self, program: CompiledProgram | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
                 repeat: int = 50, per_kernel: bool = True, expected_s: float = 0.0) -> Profile:
         return profile_on_gpu(program, arrays, warmup, repeat, per_kernel)
 
@@ -234,7 +233,7 @@ class InWorker:
         self._keys = itertools.count()
         self._fallback: InProcess | None = None
 
-    def profile(self, program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
+    def profile(self, program: CompiledProgram | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 10,
                 repeat: int = 50, per_kernel: bool = True, expected_s: float = 0.0) -> Profile:
         if self._fallback is not None:
             return self._fallback.profile(program, arrays, warmup, repeat, per_kernel)
@@ -306,7 +305,7 @@ def _profile_held(plan: LaunchPlan, key: int, warmup: int, repeat: int, per_kern
         raise first from None
 
 
-def time_program(program: Program | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 3,
+def time_program(program: CompiledProgram | LaunchPlan, arrays: dict[str, np.ndarray], warmup: int = 3,
                  repeat: int = 10) -> float:
     """Median ms of the whole program on `arrays`, L2 flushed before each run, in this process."""
     with ExitStack() as stack:

@@ -16,6 +16,7 @@ from tensorsmith import rewrites, search
 from tensorsmith.codegen.launch_cost import measured_launch_seconds
 from tensorsmith.codegen.nvrtc import compile_many
 from tensorsmith.codegen.render import MEASURED_PLACEHOLDER, RenderedKernel, render_program
+from tensorsmith.codegen.runtime import device_name, gpu_available
 from tensorsmith.ir.errors import DeviceError, GraphError, InputError, TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.interpreter import evaluate
@@ -31,7 +32,8 @@ from tensorsmith.search.verify import (Check, Draw, VerificationError, check_ver
 
 from .cache import ProgramCache, program_key
 from .executor import InProcess, InWorker, Profiler
-from .program import CompiledKernel, Program
+from .compiled import CompiledKernel
+from .program import Program
 from .progress import default_progress
 
 VERSION = "0.1.0"
@@ -116,7 +118,6 @@ WRITTEN = "as written"
 
 
 def _search(c: Compilation) -> None:
-    from tensorsmith.codegen.runtime import gpu_available
     with InWorker() as gpu:   # candidates are untrusted: one that faults or hangs costs the worker, not us
         on_gpu = _profiles(c.options.profile) and gpu_available()
         if on_gpu:            # what one more kernel costs, as programs are called (a graph's replay), on this GPU
@@ -161,7 +162,6 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], 
     Every candidate's outputs are checked against the reference before its times count; a mismatch raises
     VerificationError, a fault or a hang KernelFault (from an InWorker `gpu`), and the search skips it.
     """
-    from tensorsmith.codegen.runtime import device_name
     draw = functools.cache(partial(_gpu_draw, c))   # at the first measurement: the search times that draw's reference
     c.kernel_times = times = KernelTimes(c.kernel_times_path, device_name())
 
@@ -233,7 +233,6 @@ def _nvrtc(c: Compilation) -> None:
 
 
 def _profile(c: Compilation) -> None:
-    from tensorsmith.codegen.runtime import gpu_available
     if not _profiles(c.options.profile):
         return
     if not gpu_available():
@@ -360,7 +359,6 @@ def _compile(graph: Graph, options: CompileOptions, store: ProgramCache | None) 
 
 
 def _profiles(profile: bool | None) -> bool:
-    from tensorsmith.codegen.runtime import gpu_available
     return bool(profile) if profile is not None else gpu_available()
 
 

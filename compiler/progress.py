@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
-if TYPE_CHECKING:
-    from tensorsmith.search.engine import SearchProgress
+from tensorsmith.search.engine import SearchProgress
 
 log = logging.getLogger("tensorsmith")
 

@@ -6,12 +6,11 @@ import math
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import jinja2
 
-if TYPE_CHECKING:
-    from .program import Program
+from .compiled import CompiledProgram
+
 
 CUDA_KEYWORDS = ("extern", "__global__", "__device__", "__shared__", "__restrict__", "__launch_bounds__",
                  "__forceinline__", "const", "constexpr", "for", "if", "return", "struct", "template", "class",
@@ -74,7 +73,7 @@ def _fit(label: str, width: float) -> str:
     return label + ELLIPSIS
 
 
-def _rows(program: "Program") -> list[tuple[list[dict], list[dict]]]:
+def _rows(program: CompiledProgram) -> list[tuple[list[dict], list[dict]]]:
     """The rows top to bottom as (the kernels' column, the inputs beside it): the inputs that kernel 0 reads, then
     each kernel and the buffers it writes, the inputs that the next kernel reads first beside those buffers."""
     first_reader: dict[str, int] = {}
@@ -146,7 +145,7 @@ def _place(rows: list[tuple[list[dict], list[dict]]]) -> tuple[dict[str, dict], 
     return nodes, lines
 
 
-def _edges(program: "Program", nodes: dict[str, dict]) -> list[tuple[str, str]]:
+def _edges(program: CompiledProgram, nodes: dict[str, dict]) -> list[tuple[str, str]]:
     """(from, to) ids of the data flow: each buffer a kernel reads into it, each buffer it writes out of it."""
     edges = []
     for position, kernel in enumerate(program.kernels):
@@ -231,7 +230,7 @@ def _svg_path(path: list[tuple[float, ...]], dx: float) -> str:
     return " ".join(parts)
 
 
-def diagram(program: "Program") -> dict:
+def diagram(program: CompiledProgram) -> dict:
     """The program laid out for inline SVG: buffers and kernels as boxes, data flow as edges, all inside the frame."""
     rows = _rows(program)
     nodes, lines = _place(rows)
@@ -287,7 +286,7 @@ def _template(name: str = "report.html.j2") -> jinja2.Template:
     return env.get_template(name)
 
 
-def render_report(program: "Program") -> str:
+def render_report(program: CompiledProgram) -> str:
     """The whole page for `program`."""
     doc = program.describe()
     kernels = [{**k, "html": highlight(c.source)} for k, c in zip(doc["kernels"], program.kernels)]

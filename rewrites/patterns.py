@@ -16,7 +16,7 @@ from typing import Any
 import z3
 from egglog import String, Vec, i64, rewrite, var
 
-from tensorsmith import nn
+from tensorsmith.ir import nn
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import LOG2_E, Tensor
 

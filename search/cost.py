@@ -25,8 +25,9 @@ from functools import lru_cache
 from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
 from tensorsmith.codegen import attention
 from tensorsmith.codegen.matmul import WGMMA_ARCH, matmul_body, tensor_core_match
-from tensorsmith.codegen.render import row_plan
+from tensorsmith.codegen.row_reduce import row_plan
 from tensorsmith.codegen.schedules import default_schedule
+from tensorsmith.codegen.spaces import VECTOR_BYTES
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import COMPUTE, Op, REDUCE, UNARY, VIEWS
@@ -46,7 +47,6 @@ TMA_DRAM_SHARE = 1.5           # an SM copying by TMA draws up to 1.5x its even 
                                # idle (16 x 11008 x 4096 fp16 on the H200: 43 blocks moved 90 MB at 2.2 TB/s)
 REDUCE_SYNC_S = 80e-9          # warp shuffles of one row reduction
 BLOCK_SYNC_S = 120e-9          # and, past one warp, the shared-memory exchange with two barriers
-VECTOR_BYTES = 16              # the widest load
 MMA_BYTES = 2                  # tensor-core operands are fp16 or bf16
 MMA_PAD = 8                    # the matmul template pads each shared tile row by 8 elements
 PROLOGUE_LATENCY_SHARE = 0.8   # of a DRAM latency, what each element of a computed operand's tile costs a thread

@@ -36,8 +36,8 @@ import z3
 from tensorsmith.codegen import attention
 from tensorsmith.codegen.emit import NotFusable
 from tensorsmith.codegen.matmul import WGMMA_ALIGN
-from tensorsmith.codegen.render import row_plan, vector_width
-from tensorsmith.codegen.schedules import ARCHETYPES, MAX_ACCUMULATORS
+from tensorsmith.codegen.row_reduce import row_plan, vector_width
+from tensorsmith.codegen.spaces import ARCHETYPES, MAX_ACCUMULATORS, VECTOR_BYTES
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.node import Node
@@ -50,7 +50,6 @@ from .exact import MAX_WORK as EXACT_MAX_WORK
 from .exact import draw_inputs, evaluate_exact, evaluation_size
 
 STATIC_SHARED_BYTES = 48 * 1024   # a block's statically declared __shared__ arrays may not exceed 48 KiB
-VECTOR_BYTES = 16
 Z3_TIMEOUT_MS = 2000
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from tensorsmith.codegen.emit import NotFusable
 from tensorsmith.codegen.render import render_kernel
-from tensorsmith.codegen.schedules import default_schedule, is_valid
+from tensorsmith.codegen.schedules import default_schedule
+from tensorsmith.codegen.spaces import is_valid
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.ops import Op

@@ -20,7 +20,7 @@ from tensorsmith.codegen import attention
 from tensorsmith.codegen.matmul import SM_COUNT
 from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
 from tensorsmith.codegen.render import render_kernel
-from tensorsmith.codegen.schedules import ARCHETYPES, is_valid
+from tensorsmith.codegen.spaces import ARCHETYPES, is_valid
 from tensorsmith.ir.kernel_program import Schedule
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import match_attention

@@ -12,7 +12,8 @@ from matmul_cases import MANY_TILE_CASES, MATMUL_CASES, MATMUL_SCHEDULES, matmul
 from tensorsmith.codegen import render
 from tensorsmith.codegen.matmul import SM_COUNT, matmul_body, shared_bytes, wgmma_shared_bytes
 from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
-from tensorsmith.codegen.schedules import default_schedule, is_valid
+from tensorsmith.codegen.schedules import default_schedule
+from tensorsmith.codegen.spaces import is_valid
 from tensorsmith.ir.kernel_program import Schedule
 from tensorsmith.ir.targets import TARGETS
 from tensorsmith.search.partition import partition

@@ -6,7 +6,8 @@ import pytest
 from graph_cases import CASES
 from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.codegen.render import MEASURED_PLACEHOLDER, render_program
-from tensorsmith.codegen.schedules import ARCHETYPES, default_schedule, is_valid
+from tensorsmith.codegen.schedules import default_schedule
+from tensorsmith.codegen.spaces import ARCHETYPES, is_valid
 from tensorsmith.search.partition import partition
 
 ELF_MAGIC = b"\x7fELF"

@@ -10,7 +10,7 @@ from graph_cases import CASES
 import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.codegen.render import render_kernel
-from tensorsmith.codegen.schedules import ARCHETYPES, is_valid
+from tensorsmith.codegen.spaces import ARCHETYPES, is_valid
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import Op

@@ -9,7 +9,8 @@ from graph_cases import CASES
 
 import tensorsmith as ts
 from tensorsmith import nn
-from tensorsmith.codegen.schedules import default_schedule, is_valid
+from tensorsmith.codegen.schedules import default_schedule
+from tensorsmith.codegen.spaces import is_valid
 from tensorsmith.ir.kernel_program import KernelProgram
 from tensorsmith.ir.targets import get_target
 from tensorsmith.search.beam import BeamConfig
