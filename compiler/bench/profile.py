@@ -33,7 +33,6 @@ OTHER = "other"
 # legitimately run these, so a profile is flagged only where they hold much of the time.
 SIMT_MATMUL = r"gemv|gemmSN|gemmk1|sgemm|simt|ffma|dot_kernel"
 SIMT_SHARE = 0.25          # the share of a 16-bit model's matmul time on SIMT kernels past which it is flagged
-SDPA_OP = "aten::scaled_dot_product_attention"
 SDPA_MATH_OP = "aten::_scaled_dot_product_attention_math"
 SLOW_PATH = "not at its best"   # how a flagged baseline's failure begins
 KEPT_KERNELS = 40          # a profile keeps its most expensive kernels by name
