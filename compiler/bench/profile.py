@@ -49,7 +49,8 @@ class Profile:
         """Microseconds per kernel class, largest first."""
         totals: dict[str, float] = {}
         for name, us in self.kernels.items():
-            totals[kernel_class(name)] = totals.get(kernel_class(name), 0.0) + us
+            cls = kernel_class(name)
+            totals[cls] = totals.get(cls, 0.0) + us
         return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
@@ -69,10 +70,12 @@ def slow_path(profile: Profile, calls_sdpa: bool, half_precision_matmuls: bool) 
     if calls_sdpa and profile.kernels and "attention" not in classes:
         return "the reference calls scaled_dot_product_attention but no fused attention kernel ran"
     matmul = {name: us for name, us in profile.kernels.items() if kernel_class(name) == "matmul"}
-    simt = sum(us for name, us in matmul.items() if re.search(SIMT_MATMUL, name, re.IGNORECASE))
-    if half_precision_matmuls and matmul and simt > SIMT_SHARE * sum(matmul.values()):
-        return (f"{simt / sum(matmul.values()):.0%} of its 16-bit matmul time ran on kernels without tensor cores "
-                f"({', '.join(sorted({_short(n) for n in matmul if re.search(SIMT_MATMUL, n, re.IGNORECASE)}))})")
+    simt = {name: us for name, us in matmul.items() if re.search(SIMT_MATMUL, name, re.IGNORECASE)}
+    total = sum(matmul.values())
+    share = sum(simt.values()) / total if total else 0.0
+    if half_precision_matmuls and share > SIMT_SHARE:
+        return (f"{share:.0%} of its 16-bit matmul time ran on kernels without tensor cores "
+                f"({', '.join(sorted({_short(name) for name in simt}))})")
     return None
 
 
