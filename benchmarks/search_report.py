@@ -28,7 +28,7 @@ def main() -> None:
         r, s = program.report, program.report["search"]
         measured = f"{r['total_ms'] * 1e3:8.1f}" if r["total_ms"] is not None else f"{'-':>8s}"
         unfused = f"{r['unfused_ms'] * 1e3:10.1f}" if r["unfused_ms"] is not None else f"{'-':>10s}"
-        print(f"{path.stem:18s} {s['enumerated']:5d} {s['pruned_by_z3']:9d} {s['verified']:8d} {s['measured']:8d} "
+        print(f"{path.stem:18s} {s['enumerated']:5d} {s['pruned_expression_z3']:9d} {s['verified']:8d} {s['measured']:8d} "
               f"{s['seconds']:8.1f} {r['predicted_ms'] * 1e3:8.1f} {measured} {unfused} {r['speedup']:6.2f}x")
 
 

@@ -29,22 +29,17 @@ from tensorsmith.ir.ops import REDUCE, Op
 from tensorsmith.ir.patterns import MASK_LIMIT, AttentionMatch, attention_index, match_attention
 
 from .emit import Emitter, NotFusable, c_literal, delinearize, is_inline_reduce, pair_store, row_major_strides
-from .matmul import MMA_TYPES, SHARED_LIMIT, SM_COUNT, TMA_MAX_RANK, WGMMA_ALIGN, WGMMA_ARCH
+from .declare import PYTHON
+from .matmul import MMA_TYPES, SHARED_LIMIT, TMA_MAX_RANK, WGMMA_ARCH
+from .spaces import (MMA_BYTES, SM_COUNT, TMA_BQ, TMA_STAGES, attention_registers,
+                     attention_shared_bytes, attention_split, attention_tma_shared_bytes, attention_warps)
 from .tensor_map import TensorMapSpec
 
 HEAD_DIM_STEP = 16     # one k16 step of Q K^T and one pair of n8 output tiles
 MAX_HEAD_DIM = 256     # the output accumulators of a row (DV / 2 floats per thread) must stay in registers
 CHUNK = 8              # fp16/bf16 elements in one 16-byte copy
-PAD = 8                # elements added to each shared K, V and Q row (the template's PAD)
-OUT_PAD = 8            # floats added to each staged output row (the template's O_COLS)
-MMA_BYTES = 2          # fp16 and bf16
-DECODE_BQ = 16         # a block of this many queries splits the key tiles between its warps
-DECODE_WARPS = 4
-OTHER_REGISTERS = 40   # addresses, indices, the softmax state: what a thread holds besides its fragments
-TMA_BQ = 128           # attention_tma.cu.j2: two consumer warpgroups of 64 query rows
 TMA_THREADS = 128 * (TMA_BQ // 64 + 1)   # and the producer warpgroup
 TMA_PINGPONG = True    # the consumer warpgroups take turns to issue their MMAs
-TMA_STAGES = (3, 2)    # K and V tiles in flight: the most that fit (a step holds two, the next one loads)
 TMA_MAX_DV = 128       # a consumer thread holds DV / 2 output accumulators besides BKV / 2 scores
 
 
@@ -89,22 +84,17 @@ def skips_masked_tiles(match: AttentionMatch) -> bool:
 
 def warps_and_split(bq: int) -> tuple[int, int]:
     """(warps per block, warps that share each query row): one warp per 16 rows, or decode's split of the keys."""
-    return (DECODE_WARPS, DECODE_WARPS) if bq == DECODE_BQ else (bq // 16, 1)
+    return attention_warps(PYTHON, bq), attention_split(PYTHON, bq)
 
 
 def shared_bytes(bq: int, bkv: int, dqk: int, dv: int) -> int:
-    """Dynamic shared memory: the Q tile and two K and V tiles per key share (rows padded as the template pads
-    them), or the staged fp32 outputs and row statistics at the end, which reuse that memory."""
-    _, split = warps_and_split(bq)
-    tiles = MMA_BYTES * (bq * (dqk + PAD) + 2 * split * bkv * (dqk + PAD + dv + PAD))
-    staged = 4 * split * bq * (dv + OUT_PAD + 2)
-    return max(tiles, staged)
+    """attention.cu.j2's dynamic shared memory (spaces.attention_shared_bytes)."""
+    return int(attention_shared_bytes(PYTHON, bq, bkv, dqk, dv))
 
 
 def registers_per_thread(bkv: int, dqk: int, dv: int) -> int:
-    """An estimate: Q fragments (DQK / 4), output accumulators (DV / 2), scores (BKV / 2), and the rest (ptxas
-    reports 174 at head dim 128 and BKV 64, 253 without spills at head dim 256 and BKV 32)."""
-    return dqk // 4 + dv // 2 + bkv // 2 + OTHER_REGISTERS
+    """attention.cu.j2's registers per thread, estimated (spaces.attention_registers)."""
+    return int(attention_registers(PYTHON, bkv, dqk, dv))
 
 
 def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
@@ -207,17 +197,13 @@ def _stacking(match: AttentionMatch, schedule: Schedule) -> tuple[int, int] | No
 
 def wgmma_stages(bq: int, bkv: int, dqk: int, dv: int) -> int:
     """The deepest ring of K and V tiles that attention_tma.cu.j2 fits in shared memory."""
-    fits = [s for s in TMA_STAGES if _tma_shared_bytes(bq, bkv, dqk, dv, s) <= SHARED_LIMIT]
+    fits = [s for s in TMA_STAGES if attention_tma_shared_bytes(bq, bkv, dqk, dv, s) <= SHARED_LIMIT]
     return fits[0] if fits else TMA_STAGES[-1]
 
 
 def wgmma_shared_bytes(bq: int, bkv: int, dqk: int, dv: int) -> int:
     """Dynamic shared memory of attention_tma.cu.j2: the Q tile, its ring of K and V tiles, 1024 bytes to align."""
-    return _tma_shared_bytes(bq, bkv, dqk, dv, wgmma_stages(bq, bkv, dqk, dv))
-
-
-def _tma_shared_bytes(bq: int, bkv: int, dqk: int, dv: int, stages: int) -> int:
-    return MMA_BYTES * (bq * dqk + stages * bkv * (dqk + dv)) + WGMMA_ALIGN
+    return attention_tma_shared_bytes(bq, bkv, dqk, dv, wgmma_stages(bq, bkv, dqk, dv))
 
 
 def takes_wgmma(bq: int, bkv: int, dqk: int, dv: int) -> bool:

@@ -22,16 +22,15 @@ from tensorsmith.ir.patterns import MatmulMatch, match_matmul
 from tensorsmith.ir.targets import TARGETS
 
 from .emit import Emitter, NotFusable, delinearize, linear_index, pair_store
-from .spaces import SM_COUNT, wgmma_schedule_ok
+from .declare import PYTHON
+from .spaces import (MATMUL, SM_COUNT, WGMMA_ALIGN, matmul_shared_bytes, split_partial_bytes,
+                     wgmma_shared_bytes)
 from .tensor_map import TensorMapSpec
 
 MMA_TYPES = {DType.FLOAT16: ("__half", "__float2half_rn"), DType.BFLOAT16: ("__nv_bfloat16", "__float2bfloat16_rn")}
 MIN_DIM = 16   # one tensor-core fragment; smaller products stay on the CUDA cores
 CHUNK = 8      # fp16/bf16 elements in one 16-byte copy
-PAD = 8        # elements added to each shared tile row (the template's PAD)
-MMA_BYTES = 2  # fp16 and bf16
 WGMMA_ARCH = "sm_90a"   # wgmma needs the architecture-specific target
-WGMMA_ALIGN = 1024      # the 128-byte swizzle repeats every 1024 bytes: stages start on such a boundary
 WGMMA_BK = 64           # K elements per tile: one 128-byte swizzled row
 WGMMA_BLOCK_BYTES = 64 * 128   # one 64 x 64 block of 16-bit elements
 TMA_MAX_RANK = 5
@@ -39,18 +38,13 @@ TMA_MAX_RANK = 5
 # (correct for any grid); the executor launches at most one per SM of the GPU it runs on (executor.launch_grid)
 
 
-PARTIAL_PAD = 4   # floats added to each row of a split block's partial sums
 SHARED_LIMIT = TARGETS["sm90"].shared_bytes_per_block   # dynamic shared memory a Hopper block may opt in to
 
 
 def shared_bytes(bm: int, bn: int, bk: int, stages: int, a_major: str = "k", b_major: str = "n",
                  split_k: int = 1) -> int:
-    """Dynamic shared memory: `stages` x (A tile + B tile), rows padded as the template pads them; with split K
-    at least the block's partial sums (fp32), which reuse the pipeline's memory."""
-    a_tile = bm * (bk + PAD) if a_major == "k" else bk * (bm + PAD)
-    b_tile = bk * (bn + PAD) if b_major == "n" else bn * (bk + PAD)
-    pipeline = MMA_BYTES * stages * (a_tile + b_tile)
-    return pipeline if split_k == 1 else max(pipeline, 4 * bm * (bn + PARTIAL_PAD))
+    """matmul.cu.j2's dynamic shared memory for these operand layouts (spaces.matmul_shared_bytes)."""
+    return int(matmul_shared_bytes(PYTHON, bm, bn, bk, stages, a_major, b_major, split_k))
 
 
 def tensor_core_match(node: Node) -> MatmulMatch | None:
@@ -92,8 +86,9 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
                      + (f", K split between the {split_k} blocks of a cluster" if split_k > 1 else "")),
     }
     if schedule.as_dict().get("wgmma"):
-        if not wgmma_schedule_ok(schedule.as_dict()):
-            raise ValueError(f"wgmma=1 needs bk=64, warps_n=4, bm=64*warps_m, stages>=3; got {schedule}")
+        broken = MATMUL.violation(schedule)
+        if broken is not None:
+            raise ValueError(f"{schedule} is not a matmul schedule: it breaks the rule '{broken}'")
         if _both_copied(plan):   # else mma.sync under the same tile (see takes_wgmma)
             wgmma = {**context, **_wgmma(context)}
             tma = _tma(wgmma, batch_names=[name for name, _ in coords])
@@ -144,7 +139,7 @@ def _tma(context: dict, batch_names: list[str]) -> dict:
         return {}
     (spec_a, loads_a), (spec_b, loads_b) = a, b
     threads, split_k = context["block"][0] + 128, context["split_k"]
-    partials = 4 * context["bm"] * (context["bn"] + PARTIAL_PAD) + WGMMA_ALIGN   # split K: fp32 partial sums
+    partials = split_partial_bytes(context["bm"], context["bn"]) + WGMMA_ALIGN   # split K: fp32 partial sums
     tiles_n, tiles_m, _ = context["grid"]
     tiles = tiles_n * tiles_m * context["batches"]   # output tiles over all batches
     persistent = split_k == 1   # else the cluster's blocks meet once, over their one tile
@@ -182,11 +177,6 @@ def _tma_operand(copy: dict, tile_axis: str, tile_start: str, tile: int, batch_n
     loads = [{"map": map_index, "dst": f"{stage} + {offset}", "coords": [coords[name] for name in reversed(where)]}
              for offset, coords in blocks]
     return spec, loads
-
-
-def wgmma_shared_bytes(bm: int, bn: int, bk: int, stages: int) -> int:
-    """Dynamic shared memory of the wgmma pipeline: unpadded swizzled tiles, plus 1024 bytes to align them."""
-    return MMA_BYTES * stages * (bm + bn) * bk + WGMMA_ALIGN
 
 
 @lru_cache(maxsize=1024)

@@ -7,10 +7,10 @@ from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.ops import REDUCE
 
 from .attention import attention_body, kernel_attention
-from .matmul import WGMMA_ALIGN, takes_wgmma, tensor_core_match, wgmma_shared_bytes
+from .matmul import takes_wgmma, tensor_core_match
 from .pointwise import pointwise_vector_width
 from .row_reduce import vector_width
-from .spaces import ARCHETYPES, HOPPER, SM_COUNT
+from .spaces import HOPPER, MATMUL, SM_COUNT, WGMMA_ALIGN, wgmma_shared_bytes
 
 BUSY_BLOCKS = 128          # blocks that keep every SM of an H100/H200 busy
 DEEP_RING_BYTES = 192 * 1024   # a one-wave TMA matmul's ring: the deepest that fits in this much shared memory
@@ -76,7 +76,7 @@ def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: 
 def _wgmma_schedule(bm: int, bn: int, split_k: int, one_wave: bool) -> Schedule:
     """A TMA matmul schedule: 4 stages, or with `one_wave` (every block on its own SM) the deepest ring of the
     space within DEEP_RING_BYTES."""
-    stages = max(s for s in ARCHETYPES["matmul"]["stages"]
+    stages = max(s for s in MATMUL.space["stages"]
                  if s == 4 or one_wave and wgmma_shared_bytes(bm, bn, 64, s) - WGMMA_ALIGN <= DEEP_RING_BYTES)
     return Schedule.of(bm=bm, bn=bn, bk=64, stages=stages, warps_m=bm // 64, warps_n=4, split_k=split_k, wgmma=1)
 

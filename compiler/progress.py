@@ -20,7 +20,8 @@ def search_summary(search: SearchProgress) -> str:
     """The search's counts so far, as one clause."""
     best = f"{search.best_us:.1f} us" if search.best_us is not None else "-"
     rejected = f", {search.rejected} faulted or wrong on the GPU" if search.rejected else ""
-    return f"{search.tried} candidates tried, {search.pruned} pruned by Z3, {search.verified} verified{rejected}, best {best}"
+    return (f"{search.tried} candidates tried, {search.pruned_schedules} schedules ruled out, {search.pruned_by_z3} "
+            f"pruned by Z3, {search.verified} verified{rejected}, best {best}")
 
 
 class Progress:
@@ -32,7 +33,7 @@ class Progress:
         self.tty = sys.stderr.isatty()
 
     def __call__(self, event: object) -> None:
-        """A stage's name as it starts, or the search's SearchProgress (tried, pruned, verified, best_us)."""
+        """A stage's name as it starts, or the search's SearchProgress (its counts and best time)."""
         if self.quiet:
             return
         if event == "cache":

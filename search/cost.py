@@ -27,7 +27,9 @@ from tensorsmith.codegen import attention
 from tensorsmith.codegen.matmul import WGMMA_ARCH, matmul_body, tensor_core_match
 from tensorsmith.codegen.row_reduce import row_plan
 from tensorsmith.codegen.schedules import default_schedule
-from tensorsmith.codegen.spaces import VECTOR_BYTES
+from tensorsmith.codegen.declare import PYTHON
+from tensorsmith.codegen.spaces import (BASE_REGISTERS, MMA_BYTES, VECTOR_BYTES, WARP, row_registers,
+                                        row_scratch_bytes)
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import COMPUTE, Op, REDUCE, UNARY, VIEWS
@@ -35,8 +37,6 @@ from tensorsmith.ir.targets import Target
 
 LAUNCH_SECONDS = 3e-6          # kept for callers; the target's launch_s is what the model uses
 TRANSCENDENTAL_FLOPS = 8       # exp2/log2/sin/sqrt/recip run on the special-function unit at 1/8 the FMA rate
-WARP = 32
-BASE_REGISTERS = 32            # what a kernel needs before any row is cached in registers
 STRIDED_UNROLL = 4             # loads in flight per thread in a strided loop (the compiler unrolls ~4 deep)
 ALU_WARPS = 16                 # warps per SM that keep the FP32 pipes busy
 ATTENTION_STEP_S = 0.4e-6     # one key tile's fixed cost in its block: barriers, the wait for its copies, the
@@ -47,8 +47,6 @@ TMA_DRAM_SHARE = 1.5           # an SM copying by TMA draws up to 1.5x its even 
                                # idle (16 x 11008 x 4096 fp16 on the H200: 43 blocks moved 90 MB at 2.2 TB/s)
 REDUCE_SYNC_S = 80e-9          # warp shuffles of one row reduction
 BLOCK_SYNC_S = 120e-9          # and, past one warp, the shared-memory exchange with two barriers
-MMA_BYTES = 2                  # tensor-core operands are fp16 or bf16
-MMA_PAD = 8                    # the matmul template pads each shared tile row by 8 elements
 PROLOGUE_LATENCY_SHARE = 0.8   # of a DRAM latency, what each element of a computed operand's tile costs a thread
                                # per K step: its loads wait before the tile's store to shared memory (H200, 2048
                                # x 5632 x 2048 fp16, RMSNorm computed in A's loads, 64x64x32 tiles: 7.7 us a step
@@ -250,7 +248,7 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
     rows = max(1, math.prod(plan.row_shape))
     row_threads, block, vec = params["row_threads"], params["block"], params.get("vec", 1)
     length = max((r.srcs[0].shape[r.arg] for r in plan.reduces), default=1)
-    scratch = 2 * 2 * 4 * max(1, row_threads // WARP)    # float and int scratch, two of each
+    scratch = row_scratch_bytes(PYTHON, row_threads)
     blocks = -(-rows // max(1, block // row_threads))
     if vec > 1:
         items = -(-length // (row_threads * vec))
@@ -299,10 +297,8 @@ def registers_per_thread(kernel: Kernel, schedule: Schedule, shapes: dict[str, t
     if kernel.archetype != "row_reduce" or vec == 1:
         return BASE_REGISTERS
     work = work or kernel_work(kernel, vec)
-    plan = row_plan(kernel)
-    length = max((r.srcs[0].shape[r.arg] for r in plan.reduces), default=1)
-    items = -(-length // (params["row_threads"] * vec))
-    return BASE_REGISTERS + items * vec * max(1, work.preloaded) + vec
+    length = max((r.srcs[0].shape[r.arg] for r in row_plan(kernel).reduces), default=1)
+    return row_registers(PYTHON, length, params["row_threads"], vec, work.preloaded)
 
 
 def critical_path(kernel: Kernel, geometry: Geometry, work: Work, target: Target) -> float:

@@ -65,11 +65,9 @@ class SearchConfig:
 class SearchStats:
     enumerated: int = 0            # distinct full candidates scored (boundaries x schedules)
     boundary_sets: int = 0         # distinct legal kernel partitions met
-    pruned_by_z3: int = 0          # schedule points + partitions Z3 pruned
-    pruned_schedule_z3: int = 0
-    pruned_expression_z3: int = 0
+    pruned_schedule: int = 0       # schedule points that break a rule of their archetype (codegen/spaces.py)
+    pruned_expression_z3: int = 0  # candidate programs Z3 showed compute something else
     expression_undecided: int = 0
-    invalid_schedule: int = 0
     render_failed: int = 0
     failed_verification: int = 0
     noisy: int = 0                 # boundary sets that matched only within rounding noise on their first draws
@@ -90,7 +88,8 @@ class SearchProgress:
     """What a progress bar shows."""
 
     tried: int
-    pruned: int
+    pruned_schedules: int      # schedule points their archetype's rules rule out
+    pruned_by_z3: int          # candidate programs Z3 showed wrong
     verified: int
     best_us: float | None
     rejected: int = 0        # measured candidates that faulted, timed out or gave wrong outputs on the GPU
@@ -245,7 +244,7 @@ class _Run:
         best = min(self.measured.values(), default=None) if self.measured else min(self.predicted.values(),
                                                                                     default=None)
         space = self.spaces[0].stats
-        self.progress(SearchProgress(self.stats.enumerated, space.pruned_schedule_z3 + space.pruned_expression_z3,
+        self.progress(SearchProgress(self.stats.enumerated, space.pruned_schedule, space.pruned_expression_z3,
                                      self.stats.verified, best * 1e6 if best is not None else None,
                                      len(self.rejected)))
 
@@ -449,11 +448,9 @@ def _choose(run: _Run) -> Candidate:
 def _result(run: _Run, winner: Candidate, start: float) -> SearchResult:
     space, stats = run.spaces[0], run.stats
     stats.boundary_sets = space.stats.boundary_sets
-    stats.pruned_schedule_z3 = space.stats.pruned_schedule_z3
+    stats.pruned_schedule = space.stats.pruned_schedule
     stats.pruned_expression_z3 = space.stats.pruned_expression_z3
     stats.expression_undecided = space.stats.expression_undecided
-    stats.pruned_by_z3 = stats.pruned_schedule_z3 + stats.pruned_expression_z3
-    stats.invalid_schedule = space.stats.invalid_schedule
     stats.render_failed = space.stats.render_failed
     stats.seconds = time.monotonic() - start
     run._entry[winner]["verdict"] = "winner"

@@ -1,13 +1,13 @@
 """Z3 pruning: schedules that cannot run, and programs that cannot compute what the graph computes.
 
-Two checks, each counted by the search:
+Two checks:
 
-- `feasible_schedules`: each archetype's space (declared by codegen, `ARCHETYPES`) under the constraints
-  that a launch must meet: row threads divide the block, at most `max_threads_per_block` threads, a vector
-  width that divides the row and keeps 16-byte accesses aligned, registers and static shared memory under
-  the target's limits. The constraints are Z3 formulas over the schedule's parameters and the kernel's
-  facts; each point of the space is substituted and simplified by Z3, so no infeasible schedule reaches
-  codegen.
+- Schedules. Each archetype declares its space and the rules a valid schedule meets (codegen/spaces.py), each rule
+  one function over the schedule, the kernel's facts and the target. The search enumerates with those rules over
+  integers (`schedule_violations`). Here the same rules build Z3 formulas (`schedule_constraints`), which decide
+  what enumeration cannot: a schedule's validity for every row length at once (`valid_for_every_row_length`), for
+  a length known only at run time. `feasible_schedules` decides each point with Z3, and a test shows it agrees
+  with the plain check on every point of every archetype.
 - `AbstractChecker`: as in Mirage, each output of a candidate program as a term over the input symbols, with the
   ops as uninterpreted functions (add and mul as real arithmetic), but keeping index detail: each element of an
   output is a term over the elements of the inputs it reads, views composed into one index map per read and
@@ -22,22 +22,23 @@ Two checks, each counted by the search:
 """
 from __future__ import annotations
 
-import itertools
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import z3
 
 from tensorsmith.codegen import attention
 from tensorsmith.codegen.emit import NotFusable
-from tensorsmith.codegen.matmul import WGMMA_ALIGN
 from tensorsmith.codegen.row_reduce import row_plan, vector_width
-from tensorsmith.codegen.spaces import ARCHETYPES, MAX_ACCUMULATORS, VECTOR_BYTES
+from tensorsmith.codegen.declare import KernelFacts, Point
+from tensorsmith.codegen.spaces import ARCHETYPES
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.node import Node
@@ -45,28 +46,15 @@ from tensorsmith.ir.ops import Op
 from tensorsmith.ir.targets import Target
 
 from .abstract import MAX_TERMS, Builder, Term, Terms, TooLarge, Z3Terms, buffer_read, coordinates
-from .cost import BASE_REGISTERS, MMA_BYTES, MMA_PAD, WARP, kernel_work
+from .cost import kernel_work
 from .exact import MAX_WORK as EXACT_MAX_WORK
 from .exact import draw_inputs, evaluate_exact, evaluation_size
 
-STATIC_SHARED_BYTES = 48 * 1024   # a block's statically declared __shared__ arrays may not exceed 48 KiB
 Z3_TIMEOUT_MS = 2000
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # (b) schedule constraints
-
-@dataclass(frozen=True)
-class KernelFacts:
-    """What the schedule constraints need to know about one kernel."""
-
-    archetype: str
-    row_length: int = 1        # elements each row loop walks (pointwise: the last axis)
-    itemsize: int = 4          # widest element the kernel loads
-    vectorisable: bool = False  # codegen can cache the row in registers (vec > 1) for this body
-    preloaded: int = 0         # buffers a vec > 1 kernel would cache
-    head_dims: tuple[int, int] = (0, 0)   # attention: the q.k and the v head dims
-
 
 def kernel_facts(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> KernelFacts:
     """The facts of `kernel` (raises NotFusable where its archetype cannot take the body at all)."""
@@ -88,98 +76,48 @@ def kernel_facts(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> KernelFa
     return KernelFacts("row_reduce", length, itemsize, vectorisable, preloaded)
 
 
+class Z3Logic:
+    """The declarations' rules over Z3 integers (codegen/declare.py): the same functions, building formulas."""
+
+    def If(self, condition: Any, then: Any, otherwise: Any) -> Any:
+        return z3.If(condition, then, otherwise)
+
+    def And(self, *conditions: Any) -> Any:
+        return z3.And([_boolean(c) for c in conditions])
+
+    def Or(self, *conditions: Any) -> Any:
+        return z3.Or([_boolean(c) for c in conditions])
+
+    def Implies(self, condition: Any, consequence: Any) -> Any:
+        return z3.Implies(_boolean(condition), _boolean(consequence))
+
+    def div(self, numerator: Any, denominator: Any) -> Any:
+        if isinstance(numerator, int) and isinstance(denominator, int):
+            return numerator // denominator
+        return numerator / denominator   # Z3's integer division: the floor, for the non-negative sizes rules use
+
+    def max(self, a: Any, b: Any) -> Any:
+        return z3.If(a >= b, a, b)
+
+
+def _boolean(value: Any) -> z3.BoolRef:
+    return value if isinstance(value, z3.BoolRef) else z3.BoolVal(bool(value))
+
+
+Z3 = Z3Logic()
 Constraint = tuple[str, z3.BoolRef]
 
 
 def schedule_constraints(facts: KernelFacts, target: Target) -> tuple[dict[str, z3.ArithRef], list[Constraint]]:
-    """Z3 variables for the archetype's parameters and the named constraints a launchable schedule meets."""
-    space = ARCHETYPES[facts.archetype]
-    var = {name: z3.Int(name) for name in space}
+    """Z3 variables for the archetype's parameters and its declared rules over them, as named formulas: each
+    parameter among its values first, then every rule of the declaration, in its order."""
+    archetype = ARCHETYPES[facts.archetype]
+    var = {name: z3.Int(name) for name in archetype.space}
+    point = Point(Z3, var, facts, target)
     rules: list[Constraint] = [(f"{name} in {values}", z3.Or([var[name] == v for v in values]))
-                               for name, values in space.items()]
-    if facts.archetype == "pointwise":
-        rules += [("block <= max threads", var["block"] <= target.max_threads_per_block),
-                  ("vec divides the last axis", facts.row_length % var["vec"] == 0)]
-    elif facts.archetype == "row_reduce":
-        rules += _row_constraints(facts, target, var["row_threads"], var["block"], var["vec"])
-    elif facts.archetype == "matmul":
-        threads = WARP * var["warps_m"] * var["warps_n"]
-        # the pipeline's tiles, bounded over both layouts of each operand (the template pads rows by MMA_PAD)
-        tiles = (var["bm"] + MMA_PAD) * (var["bk"] + MMA_PAD) + (var["bk"] + MMA_PAD) * (var["bn"] + MMA_PAD)
-        accumulators = var["bm"] * var["bn"] / threads
-        warps = var["warps_m"] * var["warps_n"]
-        rules += [("4 or 8 warps", z3.Or(warps == 4, warps == 8)),
-                  ("warp tiles of whole 16x16 fragments",
-                   z3.And(var["bm"] % (16 * var["warps_m"]) == 0, var["bn"] % (16 * var["warps_n"]) == 0)),
-                  ("block <= max threads", threads <= target.max_threads_per_block),
-                  # mma.sync's padded tiles; wgmma's are unpadded (where wgmma falls back to mma.sync, codegen
-                  # renders as many of the stages as fit)
-                  ("dynamic shared memory", z3.If(var["wgmma"] == 1, MMA_BYTES * var["stages"] * (var["bm"] + var["bn"])
-                                                  * var["bk"] + WGMMA_ALIGN, MMA_BYTES * var["stages"] * tiles)
-                   <= target.shared_bytes_per_block),
-                  ("accumulators per thread", accumulators <= MAX_ACCUMULATORS),
-                  ("split-K partial sums fit in shared memory",
-                   z3.Or(var["split_k"] == 1, 4 * var["bm"] * (var["bn"] + 4) <= target.shared_bytes_per_block)),
-                  # wgmma (codegen/schedules.py wgmma_schedule_ok); its shared memory is under the padded bound above
-                  ("wgmma: a warpgroup per 64 rows, BK 64, 3+ stages",
-                   z3.Implies(var["wgmma"] == 1, z3.And(var["bk"] == 64, var["warps_n"] == 4,
-                                                        var["bm"] == 64 * var["warps_m"], var["stages"] >= 3))),
-                  ("wgmma only on Hopper (sm_90a)", z3.Or(var["wgmma"] == 0, z3.BoolVal(target.arch == "sm_90"))),
-                  ("K split across a thread-block cluster only on Hopper (sm_90)",
-                   z3.Or(var["split_k"] == 1, z3.BoolVal(target.arch == "sm_90")))]
-    elif facts.archetype == "attention":
-        rules += _attention_constraints(facts, target, var["bq"], var["bkv"])
-        rules += _attention_wgmma_constraints(facts, target, var["bq"], var["bkv"], var["wgmma"])
+                               for name, values in archetype.space.items()]
+    rules += [(rule.label, _boolean(rule.holds(point))) for rule in archetype.rules]
     return var, rules
-
-
-def _attention_constraints(facts: KernelFacts, target: Target, bq: z3.ArithRef, bkv: z3.ArithRef) -> list[Constraint]:
-    """Threads, dynamic shared memory (as codegen.attention.shared_bytes counts it: above 48 KiB up to the
-    target's per-block limit) and registers (its estimate) of the attention template."""
-    dqk, dv = facts.head_dims
-    decode = bq == attention.DECODE_BQ
-    split = z3.If(decode, attention.DECODE_WARPS, 1)
-    threads = WARP * z3.If(decode, attention.DECODE_WARPS, bq / 16)
-    tiles = attention.MMA_BYTES * (bq * (dqk + attention.PAD) + 2 * split * bkv * (dqk + dv + 2 * attention.PAD))
-    staged = 4 * split * bq * (dv + attention.OUT_PAD + 2)
-    registers = dqk // 4 + dv // 2 + bkv / 2 + attention.OTHER_REGISTERS   # attention.registers_per_thread
-    return [("block <= max threads", threads <= target.max_threads_per_block),
-            ("dynamic shared memory", z3.And(tiles <= target.shared_bytes_per_block,
-                                             staged <= target.shared_bytes_per_block)),
-            ("registers per thread", registers <= target.max_registers_per_thread)]
-
-
-def _attention_wgmma_constraints(facts: KernelFacts, target: Target, bq: z3.ArithRef, bkv: z3.ArithRef,
-                                 wgmma: z3.ArithRef) -> list[Constraint]:
-    """attention_tma.cu.j2 (codegen.attention.takes_wgmma): Hopper only, two warpgroups of 64 query rows, key tiles
-    in whole 64-row boxes, and the Q tile plus a ring of at least two K and V tiles in shared memory."""
-    dqk, dv = facts.head_dims
-    ring = attention.MMA_BYTES * (bq * dqk + attention.TMA_STAGES[-1] * bkv * (dqk + dv)) + attention.WGMMA_ALIGN
-    return [("wgmma attention only on Hopper (sm_90a)", z3.Or(wgmma == 0, z3.BoolVal(target.arch == "sm_90"))),
-            ("wgmma attention: 128 queries per block, key tiles of 64 or 128",
-             z3.Implies(wgmma == 1, z3.And(bq == attention.TMA_BQ, bkv >= 64))),
-            ("wgmma attention: Q and two K and V tiles in shared memory",
-             z3.Implies(wgmma == 1, ring <= target.shared_bytes_per_block))]
-
-
-def _row_constraints(facts: KernelFacts, target: Target, row_threads: z3.ArithRef, block: z3.ArithRef,
-                     vec: z3.ArithRef) -> list[Constraint]:
-    length, size = facts.row_length, facts.itemsize
-    chunk = z3.If(vec * size <= VECTOR_BYTES, vec, VECTOR_BYTES // size)   # elements per 16-byte access
-    items = (length + row_threads * vec - 1) / (row_threads * vec)          # vector loads per thread per row
-    registers = BASE_REGISTERS + z3.If(vec > 1, items * vec * max(1, facts.preloaded) + vec, 0)
-    scratch = 2 * 2 * 4 * z3.If(row_threads > WARP, row_threads / WARP, 1)   # float and int scratch, two of each
-    return [
-        ("row threads divide the block", block % row_threads == 0),
-        ("block <= max threads", block <= target.max_threads_per_block),
-        ("vec > 1 only where codegen caches the row", z3.Or(vec == 1, z3.BoolVal(facts.vectorisable))),
-        ("vec divides the row length", length % vec == 0),
-        ("16-byte aligned vector accesses", z3.And((length * size) % (chunk * size) == 0,
-                                                    chunk * size <= VECTOR_BYTES)),
-        ("registers per thread", registers <= target.max_registers_per_thread),
-        ("registers per block", registers * block <= target.registers_per_sm),
-        ("static shared memory", scratch <= min(STATIC_SHARED_BYTES, target.shared_bytes_per_block)),
-    ]
 
 
 @dataclass(frozen=True)
@@ -195,13 +133,11 @@ def feasible_schedules(facts: KernelFacts, target: Target) -> tuple[ScheduleVerd
     Cached by facts: kernels that share them (most do) share the answer. Each rule mentions a few of the
     parameters, so Z3 decides it once per assignment of those (memoised), not once per point of the space."""
     var, rules = schedule_constraints(facts, target)
-    space = ARCHETYPES[facts.archetype]
-    names = list(space)
+    names = list(var)
     mentioned = [[name for name in names if _mentions(rule, var[name])] for _, rule in rules]
     decided: list[dict[tuple[int, ...], bool]] = [{} for _ in rules]
     verdicts = []
-    for values in itertools.product(*(space[name] for name in names)):
-        point = dict(zip(names, values))
+    for point in ARCHETYPES[facts.archetype].points():
         violated = None
         for (label, rule), own, memo in zip(rules, mentioned, decided):
             key = tuple(point[name] for name in own)
@@ -213,6 +149,39 @@ def feasible_schedules(facts: KernelFacts, target: Target) -> tuple[ScheduleVerd
                 break
         verdicts.append(ScheduleVerdict(Schedule.of(**point), violated))
     return tuple(verdicts)
+
+
+@lru_cache(maxsize=1024)
+def schedule_violations(facts: KernelFacts, target: Target) -> tuple[tuple[Schedule, str | None], ...]:
+    """Every point of the archetype's space with the first rule it breaks (None: valid), by the plain check the
+    search enumerates with: the same declaration as `feasible_schedules`, evaluated over integers."""
+    archetype = ARCHETYPES[facts.archetype]
+    return tuple((Schedule.of(**point), archetype.broken_rule(point, facts, target)) for point in archetype.points())
+
+
+def valid_for_every_row_length(facts: KernelFacts, target: Target, multiple_of: int,
+                               longest: int) -> dict[Schedule, int | None]:
+    """For a row length not known until run time (any multiple of `multiple_of` up to `longest`), each schedule
+    that is valid at `facts.row_length`, with a row length at which it breaks a rule (None: it is valid at all).
+
+    What enumeration cannot do: Z3 decides the rules over the symbolic length, for every length at once."""
+    length = z3.Int("row_length")
+    var, rules = schedule_constraints(dataclasses.replace(facts, row_length=length), target)
+    solver = z3.Solver()
+    solver.set(timeout=Z3_TIMEOUT_MS)
+    solver.add(length > 0, length <= longest, length % multiple_of == 0)
+    answers: dict[Schedule, int | None] = {}
+    for schedule, violated in schedule_violations(facts, target):
+        if violated is not None:
+            continue
+        solver.push()
+        solver.add(*(var[name] == value for name, value in schedule.as_dict().items()))
+        solver.add(z3.Not(z3.And([rule for _, rule in rules])))
+        verdict = solver.check()
+        if verdict != z3.unknown:   # one Z3 could not decide in time is left out: not shown valid
+            answers[schedule] = solver.model()[length].as_long() if verdict == z3.sat else None
+        solver.pop()
+    return answers
 
 
 def _mentions(term: z3.ExprRef, variable: z3.ArithRef) -> bool:
@@ -346,9 +315,5 @@ def exact_differs(reference: Graph, form: Graph, seed: int) -> bool:
     return any(not np.array_equal(expected[name], actual[name]) for name in reference.outputs)
 
 
-def schedule_space_size(archetype: str) -> int:
-    return math.prod(len(values) for values in ARCHETYPES[archetype].values())
-
-
 __all__ = ["AbstractChecker", "Expression", "KernelFacts", "NotFusable", "ScheduleVerdict", "feasible_schedules",
-           "kernel_facts", "schedule_constraints", "schedule_space_size"]
+           "kernel_facts", "schedule_constraints", "schedule_violations", "valid_for_every_row_length"]

@@ -3,9 +3,8 @@
 A point is `Candidate(boundaries, schedules, form)`. Boundaries are the set of graph nodes that get a buffer of
 their own (positions in `graph.nodes()` order, so that they are deterministic), always legalised: codegen's
 refusals (`NotFusable`) add the nodes it names. Moves between boundary sets materialise one node more or
-one fewer. Schedules come from each archetype's declared space (`codegen.schedules.ARCHETYPES`), filtered by
-Z3 (`prune.feasible_schedules`), codegen's own `is_valid`, and by rendering the kernel; survivors are sorted
-by the cost model. Everything is cached by structure, so a kernel met again in another partition costs
+one fewer. Schedules come from each archetype's declaration (`codegen.spaces.ARCHETYPES`), filtered by its
+rules (`prune.schedule_violations`) and by rendering the kernel; survivors are sorted by the cost model. Everything is cached by structure, so a kernel met again in another partition costs
 nothing, and structurally identical programs are one candidate.
 """
 from __future__ import annotations
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from tensorsmith.codegen.emit import NotFusable
 from tensorsmith.codegen.render import render_kernel
 from tensorsmith.codegen.schedules import default_schedule
-from tensorsmith.codegen.spaces import is_valid
+from tensorsmith.codegen.spaces import ARCHETYPES
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.ops import Op
@@ -27,7 +26,7 @@ from tensorsmith.ir.targets import Target
 
 from .cost import KernelPricing
 from .partition import computed_operands, inside_operands, legalise, materialisable
-from .prune import AbstractChecker, feasible_schedules, kernel_facts, schedule_space_size
+from .prune import AbstractChecker, kernel_facts, schedule_violations
 
 RENDERED_PER_KERNEL = 6      # schedules per kernel that must render; more than any strategy branches on
 DEFAULT_MARGIN = 1.25        # how much faster the model must predict a schedule than codegen's default (picked from
@@ -53,8 +52,7 @@ class SpaceStats:
     boundary_sets: int = 0
     kernels_scheduled: int = 0
     schedules_considered: int = 0
-    pruned_schedule_z3: int = 0          # schedule points that break a launch constraint
-    invalid_schedule: int = 0            # points Z3 passed but codegen's is_valid rejects
+    pruned_schedule: int = 0             # schedule points that break a rule of their archetype's declaration
     render_failed: int = 0               # points codegen could not render
     pruned_expression_z3: int = 0        # boundary sets whose abstract expression differs from their form's graph's,
                                          # and forms whose graph's differs from the user's (each counted once)
@@ -230,7 +228,7 @@ class CandidateSpace:
         return f"{len(program.kernels)} kernels: " + "; ".join(parts)
 
     def _schedule(self, program: KernelProgram, position: int) -> ScheduleOptions:
-        """Z3 and is_valid filter the whole space; the survivors are costed, and rendered cheapest first
+        """The archetype's rules filter the whole space; the survivors are costed, and rendered cheapest first
         (codegen's default schedule first among equals) until RENDERED_PER_KERNEL of them render. Codegen's
         default, picked from measurements, is always among them where it survives, and first unless another is
         predicted DEFAULT_MARGIN faster: the model misprices some schedules (benchmarks/matmul.py's deep rings at
@@ -243,18 +241,16 @@ class CandidateSpace:
             default = default_schedule(kernel, shapes, self.target.arch)
         except NotFusable:
             return ScheduleOptions((), (), ())
-        self.stats.schedules_considered += schedule_space_size(kernel.archetype)
+        self.stats.schedules_considered += ARCHETYPES[kernel.archetype].size
         costed: list[tuple[float, int, Schedule]] = []
         pricing = KernelPricing(kernel, program, self.target)
-        for order, verdict in enumerate(feasible_schedules(facts, self.target)):
-            if verdict.violated is not None:
-                self.stats.pruned_schedule_z3 += 1
-            elif not is_valid(kernel.archetype, verdict.schedule):
-                self.stats.invalid_schedule += 1
-            else:
-                seconds = pricing.cost(verdict.schedule).seconds
-                if math.isfinite(seconds):
-                    costed.append((seconds, -1 if verdict.schedule == default else order, verdict.schedule))
+        for order, (schedule, violated) in enumerate(schedule_violations(facts, self.target)):
+            if violated is not None:
+                self.stats.pruned_schedule += 1
+                continue
+            seconds = pricing.cost(schedule).seconds
+            if math.isfinite(seconds):
+                costed.append((seconds, -1 if schedule == default else order, schedule))
         costed.sort(key=lambda item: (item[0], item[1]))
         kept: list[tuple[float, Schedule]] = []
         for seconds, _, schedule in costed:

@@ -20,7 +20,7 @@ from tensorsmith.codegen import attention
 from tensorsmith.codegen.matmul import SM_COUNT
 from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
 from tensorsmith.codegen.render import render_kernel
-from tensorsmith.codegen.spaces import ARCHETYPES, is_valid
+from tensorsmith.codegen.spaces import ARCHETYPES, ATTENTION_PAD, is_valid
 from tensorsmith.ir.kernel_program import Schedule
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import match_attention
@@ -278,7 +278,7 @@ def test_z3_schedule_constraints_agree_with_codegen() -> None:
         facts = kernel_facts(kernel, {n: b.shape for n, b in program.buffers.items()})
         facts = type(facts)(**{**facts.__dict__, "head_dims": dims})
         verdicts = {v.schedule: v.violated for v in feasible_schedules(facts, target)}
-        assert len(verdicts) == math.prod(len(values) for values in ARCHETYPES["attention"].values())
+        assert len(verdicts) == ARCHETYPES["attention"].size
         for schedule, violated in verdicts.items():   # the first constraint broken, in the order prune checks
             expected = None
             if attention.shared_bytes(schedule["bq"], schedule["bkv"], *dims) > target.shared_bytes_per_block:
@@ -346,7 +346,7 @@ def _quad(values: np.ndarray, combine) -> np.ndarray:
 def _warp_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bkv: int, tk: int, scale: float) -> np.ndarray:
     """One warp of the template on 16 query rows: O (16, DV) before the epilogue, i.e. acc / l_row."""
     dqk, dv = q.shape[1], v.shape[1]
-    pad = attention.PAD
+    pad = ATTENTION_PAD
     s_q = np.zeros((16, dqk + pad))
     s_q[:, :dqk] = q
     ns, no, kq_steps = bkv // 8, dv // 8, dqk // 16

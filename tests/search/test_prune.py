@@ -73,7 +73,7 @@ def test_every_schedule_z3_and_is_valid_accept_renders(case: str) -> None:
     for position, kernel in enumerate(program.kernels):
         verdicts = feasible_schedules(kernel_facts(kernel, shapes), SM90)
         accepted = [v.schedule for v in verdicts if v.violated is None and is_valid(kernel.archetype, v.schedule)]
-        assert accepted and len(verdicts) == np.prod([len(v) for v in ARCHETYPES[kernel.archetype].values()])
+        assert accepted and len(verdicts) == ARCHETYPES[kernel.archetype].size
         for schedule in accepted:
             trial = dataclasses.replace(program, kernels=[*program.kernels[:position],
                                                           dataclasses.replace(kernel, schedule=schedule),

@@ -37,7 +37,6 @@ def test_search_returns_a_verified_scheduled_program_no_slower_than_greedy(case:
     assert predicted <= result.greedy_us * (1 + 1e-9) and predicted <= result.unfused_us
     stats = result.stats
     assert stats.enumerated >= 1 and stats.verified >= 1 and stats.boundary_sets >= 1
-    assert stats.pruned_by_z3 == stats.pruned_schedule_z3 + stats.pruned_expression_z3
     assert [e["verdict"] for e in result.history].count("winner") == 1
     assert all(set(e) >= {"name", "description", "predicted_us", "measured_us", "verdict"} for e in result.history)
 
