@@ -6,6 +6,7 @@ and a schedule (that template's parameters).
 """
 from __future__ import annotations
 
+import hashlib
 import math
 
 from functools import lru_cache
@@ -109,3 +110,32 @@ class KernelProgram:
             for name, node in kernel.outputs:
                 memory[name] = round_to_register(np.asarray(values[id(node)]), self.buffers[name].dtype)
         return {out: memory[buf] for out, buf in self.outputs.items()}
+
+
+def kernel_structure(kernel: Kernel, lines: bool = False) -> tuple:
+    """A kernel's structure with its buffers named by first use: equal keys render and cost alike (with `lines`,
+    the user's line of each node too, which a rendering names in its header). A buffer's shape and dtype are those
+    of the node that reads or writes it whole."""
+    return (kernel.archetype,) + _structure(kernel.outputs, lines)
+
+
+@lru_cache(maxsize=8192)
+def _structure(outputs: tuple[tuple[str, Node], ...], lines: bool) -> tuple:
+    names: dict[str, int] = {}
+    index: dict[int, int] = {}
+    rows = []
+    for i, node in enumerate(_body(outputs)):
+        index[id(node)] = i
+        arg = ("buffer", names.setdefault(node.arg, len(names))) if node.op == Op.INPUT else node.arg
+        row = (node.op.value, repr(arg), node.shape, node.dtype.value, tuple(index[id(s)] for s in node.srcs))
+        rows.append(row + (node.where,) if lines else row)
+    return tuple(rows), tuple((node.dtype.value, node.shape, index[id(node)]) for _, node in outputs)
+
+
+def program_structure(program: KernelProgram) -> str:
+    """A digest of a program's kernels and the buffers between them; equal for structurally identical programs."""
+    digest = hashlib.sha256()
+    for kernel in program.kernels:
+        digest.update(repr((kernel_structure(kernel), kernel.reads, kernel.writes)).encode())
+    digest.update(repr(sorted(program.outputs.items())).encode())
+    return digest.hexdigest()

@@ -1,7 +1,7 @@
 """Measured kernel times by signature, kept on disk beside the program cache.
 
 A kernel's signature is what decides its speed on one GPU: its body's structure over buffers of given shapes and
-dtypes (`space.kernel_structure`), its schedule, the code that renders and compiles it (`codegen_fingerprint`) and
+dtypes (`kernel_program.kernel_structure`), its schedule, the code that renders and compiles it (`codegen_fingerprint`) and
 the device's name. A candidate program whose kernels were all measured before (an identical layer, another
 candidate sharing kernels, a second model with the same layers) is not timed again, only run once for its outputs
 to be checked: its time is the sum of its kernels' plus one launch each, the basis every measured candidate is
@@ -19,9 +19,8 @@ from typing import Callable
 
 from tensorsmith import codegen, ir
 from tensorsmith.codegen.nvrtc import nvrtc_version
-from tensorsmith.ir.kernel_program import Kernel, KernelProgram
+from tensorsmith.ir.kernel_program import Kernel, KernelProgram, kernel_structure
 
-from .space import kernel_structure
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +43,7 @@ def codegen_fingerprint() -> str:
 def kernel_signature(kernel: Kernel, program: KernelProgram, device: str) -> str:
     """What a measured time of `kernel` (as a kernel of `program`) is kept and looked up by."""
     schedule = sorted(kernel.schedule.as_dict().items())
-    text = repr((device, codegen_fingerprint(), kernel_structure(kernel, program), schedule))
+    text = repr((device, codegen_fingerprint(), kernel_structure(kernel), schedule))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -12,7 +12,7 @@ import re
 from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
 from tensorsmith.codegen.attention import attention_match, kernel_attention
 from tensorsmith.codegen.matmul import tensor_core_match
-from tensorsmith.codegen.render import render_kernel
+from tensorsmith.codegen.render import check_renders
 from tensorsmith.ir import primitives as P
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Buffer, Kernel, KernelProgram
@@ -39,7 +39,7 @@ def legalise(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, set[i
         program, origins = build_program(graph, materialised)
         try:
             for position in range(len(program.kernels)):
-                render_kernel(program, position)
+                check_renders(program, position)
         except NotFusable as refusal:
             original = origins[id(_attention_first(program.kernels[position], refusal.node))]
             if id(original) in materialised:

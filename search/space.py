@@ -10,18 +10,16 @@ nothing, and structurally identical programs are one candidate.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import time
 from dataclasses import dataclass, field
 
 from tensorsmith.codegen.emit import NotFusable
-from tensorsmith.codegen.render import render_kernel
+from tensorsmith.codegen.render import check_renders
 from tensorsmith.codegen.schedules import default_schedule
 from tensorsmith.codegen.spaces import ARCHETYPES
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
-from tensorsmith.ir.ops import Op
+from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule, kernel_structure, program_structure
 from tensorsmith.ir.targets import Target
 
 from .cost import KernelPricing
@@ -185,7 +183,7 @@ class CandidateSpace:
         """The feasible schedules of one kernel of `boundaries`' program, preferred first (`ScheduleOptions`)."""
         program = self.program(boundaries)
         kernel = program.kernels[position]
-        key = kernel_structure(kernel, program)
+        key = kernel_structure(kernel)
         if key not in self.scheduled:
             self.scheduled[key] = self._schedule(program, position)
         return self.scheduled[key]
@@ -271,7 +269,7 @@ class CandidateSpace:
     def _renders(self, program: KernelProgram, position: int, schedule: Schedule) -> bool:
         trial = dataclasses.replace(program.kernels[position], schedule=schedule)
         try:
-            render_kernel(_with_kernel(program, position, trial), position)
+            check_renders(_with_kernel(program, position, trial), position)
         except Exception:    # NotFusable, or a template that cannot take this schedule
             self.stats.render_failed += 1
             return False
@@ -280,29 +278,3 @@ class CandidateSpace:
 
 def _with_kernel(program: KernelProgram, position: int, kernel: Kernel) -> KernelProgram:
     return dataclasses.replace(program, kernels=[*program.kernels[:position], kernel, *program.kernels[position + 1:]])
-
-
-def kernel_structure(kernel: Kernel, program: KernelProgram) -> tuple:
-    """A kernel's structure with its buffers named by first use: equal keys render and cost alike."""
-    names: dict[str, int] = {}
-    index: dict[int, int] = {}
-    rows = []
-    for i, node in enumerate(kernel.body):
-        index[id(node)] = i
-        arg = node.arg
-        if node.op == Op.INPUT:
-            buffer = program.buffers[node.arg]
-            arg = ("buffer", names.setdefault(node.arg, len(names)), buffer.shape, buffer.dtype.value)
-        rows.append((node.op.value, repr(arg), node.shape, node.dtype.value, tuple(index[id(s)] for s in node.srcs)))
-    outputs = tuple((program.buffers[name].dtype.value, program.buffers[name].shape, index[id(node)])
-                    for name, node in kernel.outputs)
-    return kernel.archetype, tuple(rows), outputs
-
-
-def program_structure(program: KernelProgram) -> str:
-    """A digest of a program's kernels and the buffers between them; equal for structurally identical programs."""
-    digest = hashlib.sha256()
-    for kernel in program.kernels:
-        digest.update(repr((kernel_structure(kernel, program), kernel.reads, kernel.writes)).encode())
-    digest.update(repr(sorted(program.outputs.items())).encode())
-    return digest.hexdigest()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -97,6 +98,7 @@ def test_tma_kernel_still_renders_one_tile_per_block(monkeypatch: pytest.MonkeyP
         return {**context, "persistent": False, "grid": grid}
 
     monkeypatch.setattr(render, "matmul_body", one_tile_per_block)
+    monkeypatch.setattr(render, "_RENDERED", OrderedDict())   # the kernel rendered by the real matmul_body: not kept
     schedule = {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "warps_m": 2, "warps_n": 4, "split_k": 1, "wgmma": 1}
     _, kernel = matmul_program(MANY_TILE_CASES["batched_many_tiles"](), schedule)
     assert kernel.grid == (5, 3, 10) and "tile += gridDim.x" not in kernel.source

@@ -13,7 +13,7 @@ import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.codegen.matmul import takes_wgmma
 from tensorsmith.codegen.schedules import default_schedule
-from tensorsmith.ir.kernel_program import KernelProgram, Schedule
+from tensorsmith.ir.kernel_program import KernelProgram, Schedule, program_structure
 from tensorsmith.ir.ops import Op, VIEWS
 from tensorsmith.ir.targets import get_target
 from tensorsmith.search.beam import BeamConfig, beam
@@ -22,7 +22,7 @@ from tensorsmith.search.engine import SearchConfig, search_program
 from tensorsmith.search.mcts import MCTSConfig
 from tensorsmith.search.partition import computed_operands
 from tensorsmith.search.prune import AbstractChecker
-from tensorsmith.search.space import DEFAULT_MARGIN, CandidateSpace, program_structure
+from tensorsmith.search.space import DEFAULT_MARGIN, CandidateSpace
 from tensorsmith.search.verify import verify_program
 
 SM90 = get_target("sm90")

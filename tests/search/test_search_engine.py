@@ -11,14 +11,14 @@ import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.codegen.schedules import default_schedule
 from tensorsmith.codegen.spaces import is_valid
-from tensorsmith.ir.kernel_program import KernelProgram
+from tensorsmith.ir.kernel_program import KernelProgram, program_structure
 from tensorsmith.ir.targets import get_target
 from tensorsmith.search.beam import BeamConfig
 from tensorsmith.search.cost import program_seconds
 from tensorsmith.search.engine import SearchConfig, SearchProgress, search_program
 from tensorsmith.search.mcts import MCTSConfig
 from tensorsmith.search.partition import partition
-from tensorsmith.search.space import CandidateSpace, SpaceStats, program_structure
+from tensorsmith.search.space import CandidateSpace, SpaceStats
 from tensorsmith.search.verify import verify_program
 
 SM90 = get_target("sm90")

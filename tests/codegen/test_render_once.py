@@ -1,0 +1,77 @@
+"""Each kernel is rendered once per structure and schedule: met again under other buffer names (another kernel
+partition, a measured candidate, the chosen program), it comes from the cache, its names filled in."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from graph_cases import decoder_block
+
+import tensorsmith as ts
+from tensorsmith import nn
+from tensorsmith.codegen import nvrtc
+from tensorsmith.codegen.emit import NotFusable
+from tensorsmith.codegen.render import RENDERS, check_renders, render_program
+from tensorsmith.ir.kernel_program import kernel_structure
+from tensorsmith.search.beam import BeamConfig
+from tensorsmith.search.engine import SearchConfig, search_program
+from tensorsmith.search.mcts import MCTSConfig
+from tensorsmith.search.partition import build_program, partition
+
+
+def norm_then_matmul(x: str, w: str) -> ts.Graph:
+    g = ts.Graph("block")
+    h = nn.rms_norm(g.input(x, (64, 256), "float16"), g.input("gain", (256,), "float16"))
+    g.output("y", h @ g.input(w, (256, 128), "float16"))
+    return g
+
+
+def test_a_kernel_met_under_other_names_comes_from_the_cache_with_its_own_names() -> None:
+    first, second = partition(norm_then_matmul("x", "w")), partition(norm_then_matmul("tokens", "weight"))
+    render_program(first, "v1")
+    rendered = dict(RENDERS)
+    again = render_program(second, "v1")
+    assert RENDERS == rendered   # nothing rendered anew
+    sources = " ".join(kernel.source for kernel in again)
+    assert "tokens" in sources and "weight" in sources and "TSREAD" not in sources and "TSKERNEL" not in sources
+    assert {p for kernel in again for p in kernel.params} >= {"tokens", "weight"}
+    canonical = [render_program(program, "v1", canonical=True) for program in (first, second)]
+    assert [(k.name, k.source) for k in canonical[0]] == [(k.name, k.source) for k in canonical[1]]
+    assert [k.params for k in canonical[0]] != [k.params for k in canonical[1]]
+
+
+def test_canonical_kernels_under_other_names_compile_once(tmp_path: Path) -> None:
+    kernels = [kernel for names in (("x", "w"), ("tokens", "weight"))
+               for kernel in render_program(partition(norm_then_matmul(*names)), "v1", canonical=True)]
+    nvrtc.compile_many([(k.source, k.name, k.arch or "sm_90") for k in kernels], arch="sm_90", cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("*.cubin"))) == len(kernels) // 2
+
+
+def test_a_refusal_is_cached_and_raised_with_the_kernels_own_node() -> None:
+    def unfused() -> tuple:
+        g = ts.Graph("softmax_then_matmul")
+        p = nn.softmax(g.input("s", (64, 128), "float16"), axis=0)   # a column softmax, then rows through a matmul
+        g.output("y", p @ g.input("v", (128, 64), "float16"))
+        return build_program(g, set())[0]
+    refusals = []
+    for program in (unfused(), unfused()):
+        with pytest.raises(NotFusable) as refusal:
+            for position in range(len(program.kernels)):
+                check_renders(program, position)
+        refusals.append((refusal.value, program.kernels[position]))
+    (first, kernel_one), (second, kernel_two) = refusals
+    assert RENDERS[next(key for key in RENDERS if key[0] == kernel_structure(kernel_two, lines=True))] == 1
+    assert str(first) == str(second)
+    assert any(node is second.node for node in kernel_two.body) and not any(node is first.node
+                                                                             for node in kernel_two.body)
+
+
+def test_a_search_renders_each_structure_and_schedule_once_and_its_winner_from_the_cache() -> None:
+    RENDERS.clear()
+    config = SearchConfig(BeamConfig(width=3, rounds=2), MCTSConfig(iterations=16))
+    result = search_program(decoder_block(64), "sm90", budget_s=20, config=config)
+    assert RENDERS and set(RENDERS.values()) == {1}
+    rendered = sum(RENDERS.values())
+    render_program(result.program, "v1")
+    assert sum(RENDERS.values()) == rendered
+    assert result.stats.boundary_sets > 1   # so kernels were met again, in other partitions
