@@ -1,15 +1,15 @@
 """Renders each kernel of a KernelProgram into CUDA C through its archetype's Jinja template.
 
 Rendering is a pure function of the kernel, its buffers and its schedule, so each is rendered once: a kernel met
-again (in another of the search's kernel partitions, in a measured candidate, in the program finally chosen) is
-taken from a cache keyed by what the source depends on, its position in the program filled in after. An archetype
-that cannot take a body raises `NotFusable` naming the node to materialise, which is how search learns the kernel
-boundaries this codegen supports; refusals are cached too.
+again (in another of the search's kernel partitions, in a measured candidate, in the program finally chosen, or
+under other buffer names) is taken from a cache keyed by its structure, its names filled in after. The source does
+not say where in the program the kernel runs (its file's number does), so that the same kernel in another partition
+is the same source, compiled once. An archetype that cannot take a body raises `NotFusable` naming the node to
+materialise, which is how search learns the kernel boundaries this codegen supports; refusals are cached too.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import os
 from collections import Counter, OrderedDict
@@ -33,8 +33,7 @@ from .tensor_map import TensorMapSpec
 
 MEASURED_PLACEHOLDER = "measured: not yet (rendered before profiling)"
 INT32_LIMIT = 2**31 - 1
-POSITION = "TSPOSITIONQ"        # rendered in place of the kernel's position, filled in from the cache
-KERNEL = "TSKERNELQ"            # and of its name
+KERNEL = "TSKERNELQ"            # rendered in place of the kernel's name, filled in from the cache
 VERSION = "TSVERSIONQ"          # and of the compiler's version
 CACHED_RENDERS = 4096           # renders (or refusals) kept; a compile of a 16-layer model makes about this many
 RENDERS: Counter = Counter()    # each (kernel, schedule) key rendered: counted by tests, one per key per process
@@ -67,28 +66,21 @@ def _environment() -> jinja2.Environment:
                               trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
 
 
-def render_program(program: KernelProgram, version: str = "", arch: str = HOPPER,
-                   canonical: bool = False) -> list[RenderedKernel]:
-    """Every kernel of `program`, in order (kernels without a schedule at `arch`'s default; `canonical`: each
-    function named by its structure, see render_kernel)."""
-    return [render_kernel(program, position, version, arch, canonical) for position in range(len(program.kernels))]
+def render_program(program: KernelProgram, version: str = "", arch: str = HOPPER) -> list[RenderedKernel]:
+    """Every kernel of `program`, in order (kernels without a schedule at `arch`'s default)."""
+    return [render_kernel(program, position, version, arch) for position in range(len(program.kernels))]
 
 
-def render_kernel(program: KernelProgram, position: int, version: str = "", arch: str = HOPPER,
-                  canonical: bool = False) -> RenderedKernel:
+def render_kernel(program: KernelProgram, position: int, version: str = "", arch: str = HOPPER) -> RenderedKernel:
     """One kernel's CUDA source and launch shape; raises NotFusable if its archetype cannot take the body.
 
-    Rendered once per structure and schedule: with its buffers and itself under placeholder names, filled in here.
-    `canonical` keeps the placeholders in the source and names the function by its structure, so that the same
-    kernel under other names is the same source, compiled once: what the search measures (its parameters are still
-    the buffers' own names, which it is launched with)."""
+    Rendered once per structure and schedule: with its buffers and itself under placeholder names, filled in here."""
     kernel = program.kernels[position]
-    key, rendered = _cached(program, kernel, arch)
-    names = {**_placeholders(kernel), KERNEL: _structure_name(key) if canonical else kernel.name,
-             POSITION: str(position), VERSION: version}
+    rendered = _cached(program, kernel, arch)
+    names = {**_placeholders(kernel), KERNEL: kernel.name, VERSION: version}
     source = rendered.source
-    for placeholder in (KERNEL, VERSION) if canonical else names:   # canonical: the buffers' placeholders stay
-        source = source.replace(placeholder, names[placeholder])
+    for placeholder, name in names.items():
+        source = source.replace(placeholder, name)
     return dataclasses.replace(rendered, name=names[KERNEL], source=source,
                                file_stem=f"{position:02d}_{kernel.writes[0]}",
                                params=tuple(names[p] for p in rendered.params),
@@ -106,8 +98,8 @@ def check_renders(program: KernelProgram, position: int, arch: str = HOPPER) -> 
 _RENDERED: OrderedDict[tuple, RenderedKernel | tuple[int, str]] = OrderedDict()
 
 
-def _cached(program: KernelProgram, kernel: Kernel, arch: str) -> tuple[tuple, RenderedKernel]:
-    """The cache's key for `kernel` and its rendering under placeholder names (raises its refusal)."""
+def _cached(program: KernelProgram, kernel: Kernel, arch: str) -> RenderedKernel:
+    """`kernel` rendered under placeholder names, from the cache where it is there (raises its refusal)."""
     chosen = kernel.schedule if kernel.schedule.params else arch   # else the default at `arch`, worked out on a miss
     key = (kernel_structure(kernel, lines=True), program.name, _index_type(program), chosen)
     rendered = _RENDERED.get(key)
@@ -121,7 +113,7 @@ def _cached(program: KernelProgram, kernel: Kernel, arch: str) -> tuple[tuple, R
         _RENDERED.move_to_end(key)
     if isinstance(rendered, tuple):   # a refusal, kept as the refused node's place in the body
         raise NotFusable(kernel.body[rendered[0]], rendered[1])
-    return key, rendered
+    return rendered
 
 
 def _render_once(program: KernelProgram, kernel: Kernel, arch: str) -> RenderedKernel | tuple[int, str]:
@@ -174,11 +166,6 @@ def _renamed(kernel: Kernel, names: dict[str, str]) -> tuple[Kernel, dict[int, i
     return Kernel(KERNEL, kernel.archetype, outputs, kernel.schedule), counterpart
 
 
-def _structure_name(key: tuple) -> str:
-    """A kernel function's name that only its structure decides (the graph's name, then a digest)."""
-    return f"{key[1]}_k{hashlib.sha256(repr(key).encode()).hexdigest()[:12]}"
-
-
 def _render(program: KernelProgram, kernel: Kernel, schedule: Schedule, index_type: str) -> RenderedKernel:
     shapes = {name: buf.shape for name, buf in program.buffers.items()}
     if kernel.archetype == "pointwise":
@@ -211,7 +198,7 @@ def _context(program: KernelProgram, kernel: Kernel, schedule: Schedule, body: s
     params += [{"name": n, "ctype": bufs[n].dtype.cuda_name, "const": True} for n in kernel.reads]
     describe = [f"{n}[{', '.join(map(str, bufs[n].shape))}] {bufs[n].dtype}" for n in kernel.writes + kernel.reads]
     return {
-        "name": kernel.name, "graph": program.name, "position": POSITION, "version": VERSION,
+        "name": kernel.name, "graph": program.name, "version": VERSION,
         "archetype": kernel.archetype, "schedule": str(schedule), "params": params,
         "outputs": describe[:len(kernel.writes)], "inputs": describe[len(kernel.writes):],
         "nodes": _node_lines(kernel), "measured": MEASURED_PLACEHOLDER, "body": body,

@@ -168,7 +168,7 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], 
     def run(program: KernelProgram, timed: bool) -> list[float]:   # each kernel's seconds where `timed`, else []
         inputs, reference = draw()
         candidate = Compilation(c.graph, c.options, c.target, kernel_program=program)
-        _render(candidate, canonical=True)
+        _render(candidate)
         _nvrtc(candidate)
         outputs, kernel_ms, _ = gpu.profile(to_program(candidate, report=False), inputs, warmup=3 if timed else 0,
                                             repeat=10 if timed else 1, per_kernel=timed,
@@ -224,10 +224,8 @@ def _verify(c: Compilation) -> None:
                                       " checks judge it)")
 
 
-def _render(c: Compilation, canonical: bool = False) -> None:
-    """`canonical` (a candidate measured by the search): each kernel's function named by its structure, so that a
-    kernel met again in another candidate under other buffer names is the same source, compiled once."""
-    c.rendered = render_program(c.program(), VERSION, c.target.arch, canonical)
+def _render(c: Compilation) -> None:
+    c.rendered = render_program(c.program(), VERSION, c.target.arch)
 
 
 def _nvrtc(c: Compilation) -> None:

@@ -169,12 +169,14 @@ def build_program(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, 
         output_of.setdefault(id(node), name)
     kernels: list[Kernel] = []
     origins: Origins = {}
-    for node in graph.nodes():
+    for place, node in enumerate(graph.nodes()):
         if node.op == Op.INPUT or (id(node) not in materialised and id(node) not in output_of):
             continue
         body = _copy_cone(node, buffer_of, buffers, origins)
         archetype = _archetype(body)
-        name = output_of.get(id(node)) or _fresh(f"{kernel_label(archetype, body)}{len(kernels)}",
+        # numbered by the node's place in the graph, not the kernel's in the program: a kernel keeps its name, and
+        # so its source, in every partition the search tries (one source is compiled once)
+        name = output_of.get(id(node)) or _fresh(f"{kernel_label(archetype, body)}{place}",
                                                  {*buffers, *graph.outputs})
         buffers[name] = Buffer(name, node.shape, node.dtype, "output" if id(node) in output_of else "temp")
         kernels.append(Kernel(f"{graph.name}_{name}", archetype, ((name, body),)))

@@ -33,7 +33,7 @@ def test_every_example_compiles_to_cu_files_and_cubins(example: Path, tmp_path: 
     assert doc["target"] == "sm90" and doc["kernels"]
     for kernel in doc["kernels"]:
         source = (out / kernel["source"]).read_text()
-        assert source.startswith(f"// {kernel['name']} -- kernel ")
+        assert source.startswith(f"// {kernel['name']} -- a kernel of graph ")
         assert f"{kernel['name']}(" in source
         assert (out / kernel["cubin"]).read_bytes()[:4] == b"\x7fELF"
     printed = capsys.readouterr().out
@@ -142,9 +142,9 @@ def test_an_nvrtc_failure_is_reported_with_the_source_saved(tmp_path: Path, monk
 
     render = pipeline.render_program
 
-    def broken(program, version="", arch="sm_90", canonical=False):   # a compiler bug: C that does not compile
+    def broken(program, version="", arch="sm_90"):   # a compiler bug: codegen emits C that does not compile
         return [dataclasses.replace(k, source=k.source.replace("const idx_t", "const idx_t idx_t"))
-                for k in render(program, version, arch, canonical)]
+                for k in render(program, version, arch)]
 
     monkeypatch.setattr(pipeline, "render_program", broken)
     out = tmp_path / "out"
@@ -160,7 +160,7 @@ def test_an_internal_error_is_one_line_exit_1_and_no_output(tmp_path: Path, monk
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     from tensorsmith import pipeline
 
-    def broken(program, version="", arch="sm_90", canonical=False):   # a compiler bug, as the H200 once met in render
+    def broken(program, version="", arch="sm_90"):   # a compiler bug, as the H200 once met in render: an IndexError
         raise IndexError("tuple index out of range")
 
     monkeypatch.setattr(pipeline, "render_program", broken)

@@ -114,8 +114,8 @@ def test_a_search_skips_candidates_that_fault_or_hang(monkeypatch: pytest.Monkey
     real_render = pipeline._render
     plans = iter([FAULT, SPIN])      # the first candidate measured faults, the second hangs, the rest are real
 
-    def render(c: pipeline.Compilation, canonical: bool = False) -> None:
-        real_render(c, canonical)
+    def render(c: pipeline.Compilation) -> None:
+        real_render(c)
         statement = next(plans, None)
         if statement is not None:
             c.rendered[0] = dataclasses.replace(c.rendered[0], source=sabotaged(c.rendered[0].source, statement))
