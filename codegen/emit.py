@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
+from tensorsmith.ir.patterns import GatherMatch, match_gather
 
 Index = tuple[str, ...]
 INLINE_REDUCE_LIMIT = 4   # reductions over at most this many elements are unrolled where used
@@ -238,6 +239,8 @@ class Emitter:
         raise AssertionError(f"no C form for {op}")
 
     def _reduced_value(self, node: Node, index: Index) -> str:
+        if (lookup := match_gather(node)) is not None:
+            return self._gather(lookup, index)
         if is_inline_reduce(node):
             return self._inline_reduce(node, index)
         if id(node) not in self.reduced:
@@ -256,6 +259,19 @@ class Emitter:
             acc = element if j == 0 else reduce_combine(node, acc, element)
         return self._bind(node, acc)
 
+    def _gather(self, lookup: GatherMatch, index: Index) -> str:
+        """A one-hot sum read as the one row it selects: values at r = ids, zero where ids is out of range."""
+        axis, length = lookup.reduce.arg, lookup.length
+        product_index = index[:axis] + ("0",) + index[axis:]
+        ids = self.value(lookup.ids, tuple("0" if a is None else product_index[a] for a in lookup.ids_axes))
+        row = self.fresh("row")
+        self.line(f"const int {row} = min(max({ids}, 0), {length - 1});   // clamped: the load stays in bounds")
+        if self._invariants is not None:    # in a loop, and the row depends on its variables: so do the row's loads
+            self._invariants.add_variable(row)
+        picked = self.value(lookup.values, index[:axis] + (row,) + index[axis:])
+        zero = c_literal(0, lookup.reduce.dtype)
+        return self._bind(lookup.reduce, f"({ids} >= 0 && {ids} < {length}) ? {picked} : {zero}")
+
     def store(self, buffer: str, dtype: DType, index: Index, value: str) -> None:
         offset = linear_index(index, self.buffer_shapes[buffer])
         self.line(f"g_{buffer}[{offset}] = {STORE.get(dtype, '{}').format(value)};")
@@ -270,8 +286,20 @@ class _Invariants:
     indent: int
     memo: dict[tuple[int, Index], str]
 
+    def add_variable(self, name: str) -> None:
+        """`name` is bound inside the loop: a value whose index names it is not invariant."""
+        self.variables = re.compile(f"{self.variables.pattern}|\\b{re.escape(name)}\\b")
+
 
 LAST_AXIS_INDEX = re.compile(r"\bk\b")   # the element index along the last axis in the templates' vector loops
+LOOKUP_ROW = re.compile(r"\brow\d+\b")   # the row a lookup selects (Emitter._gather), known only where it is read
+
+
+def vector_loadable(index: Index) -> bool:
+    """Whether a template may load the elements at `index` for a thread's VEC values of the last axis (`k`) ahead of
+    its loop, with one vector load: indexed by k along the last axis alone, and at no looked-up row."""
+    return (bool(index) and index[-1] == "k" and not any(LAST_AXIS_INDEX.search(part) for part in index[:-1])
+            and not any(LOOKUP_ROW.search(part) for part in index))
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -280,8 +308,10 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def is_inline_reduce(node: Node) -> bool:
-    """Whether a reduction is short enough to unroll in place rather than reduce cooperatively."""
-    return node.op in (Op.SUM, Op.MAX) and node.srcs[0].shape[node.arg] <= INLINE_REDUCE_LIMIT
+    """Whether a reduction is computed in place rather than cooperatively: short enough to unroll, or a lookup (a
+    one-hot sum reads its one row)."""
+    return node.op in (Op.SUM, Op.MAX) and (node.srcs[0].shape[node.arg] <= INLINE_REDUCE_LIMIT
+                                            or match_gather(node) is not None)
 
 
 def reduce_init(node: Node) -> str:

@@ -18,7 +18,7 @@ from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
-from tensorsmith.ir.patterns import MatmulMatch, match_matmul
+from tensorsmith.ir.patterns import MatmulMatch, match_gather, match_matmul
 from tensorsmith.ir.targets import TARGETS
 
 from .emit import Emitter, NotFusable, delinearize, linear_index, pair_store
@@ -48,9 +48,10 @@ def shared_bytes(bm: int, bn: int, bk: int, stages: int, a_major: str = "k", b_m
 
 
 def tensor_core_match(node: Node) -> MatmulMatch | None:
-    """A matmul that the tensor cores can take: fp16 or bf16 operands of one dtype, every dimension >= 16."""
+    """A matmul that the tensor cores can take: fp16 or bf16 operands of one dtype, every dimension >= 16 (a lookup
+    written as a one-hot product is no matmul: it reads one row)."""
     match = match_matmul(node)
-    if match is None or match.lhs.dtype != match.rhs.dtype or match.lhs.dtype not in MMA_TYPES:
+    if match is None or match_gather(node) is not None or match.lhs.dtype != match.rhs.dtype or match.lhs.dtype not in MMA_TYPES:
         return None
     return match if min(match.dims) >= MIN_DIM else None
 

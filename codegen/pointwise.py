@@ -8,7 +8,8 @@ from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 
-from .emit import COMPUTE_TYPE, LAST_AXIS_INDEX, Emitter, NotFusable, ceil_div, delinearize, linear_index
+from .emit import (COMPUTE_TYPE, LAST_AXIS_INDEX, Emitter, NotFusable, ceil_div, delinearize, linear_index,
+                   vector_loadable)
 from .spaces import VECTOR_BYTES
 
 
@@ -67,8 +68,7 @@ def _pointwise_vector_loads(emitter: Emitter, accesses: list[tuple[Node, tuple[s
     for node, index in accesses:
         key = (node.arg, index)
         shape = emitter.buffer_shapes[node.arg]
-        if (key in loaded or not index or index[-1] != "k" or any(LAST_AXIS_INDEX.search(part) for part in index[:-1])
-                or shape[-1] % vec):   # a scalar, or not along the output's last axis: read by the emitter
+        if key in loaded or not vector_loadable(index) or shape[-1] % vec:   # else read by the emitter
             continue
         array = f"r_{node.arg}{len(loaded)}"
         offset = linear_index(index[:-1] + (coords[-1],), shape)

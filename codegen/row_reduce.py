@@ -10,8 +10,8 @@ from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op, REDUCE
 
-from .emit import (COMPUTE_TYPE, LAST_AXIS_INDEX, Emitter, NotFusable, ceil_div, delinearize, is_inline_reduce,
-                   linear_index, reduce_combine, reduce_init)
+from .emit import (COMPUTE_TYPE, Emitter, NotFusable, ceil_div, delinearize, is_inline_reduce, linear_index,
+                   reduce_combine, reduce_init, vector_loadable)
 
 
 @dataclass(frozen=True)
@@ -119,8 +119,7 @@ class _RowLoops:
         readers: dict[tuple[str, tuple[str, ...]], set[int]] = {}
         for position, (node, index) in enumerate(probe.emitter.accesses):
             shape = buffers[node.arg]
-            if (not index or index[-1] != "k" or any(LAST_AXIS_INDEX.search(part) for part in index[:-1])   # (): a scalar
-                    or not node.dtype.is_float or shape[-1] % self.vec):
+            if not vector_loadable(index) or not node.dtype.is_float or shape[-1] % self.vec:
                 continue
             readers.setdefault((node.arg, index), set()).add(bisect.bisect_right(probe.starts, position) - 1)
         for number, ((name, index), loops) in enumerate(readers.items()):

@@ -301,11 +301,8 @@ def _split(context: _Context, inputs: list[Any], attrs: dict) -> list[Tensor]:
 def _gather(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     data, indices = inputs
     axis = attrs.get("axis", 0)
-    if isinstance(indices, Tensor):
-        if axis != 0:
-            raise OnnxImportError(f"Gather node {context.node.name!r}: computed indices along axis {axis}; only"
-                                  f" axis 0 (an embedding lookup) is supported")
-        return nn.embedding(context.tensor(data), indices)
+    if isinstance(indices, Tensor):     # computed (or input) indices: a lookup
+        return nn.take(context.tensor(data), indices, axis)
     x, picked = context.tensor(data), np.asarray(indices)
     axis %= x.ndim
     rows = []

@@ -443,6 +443,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.le.Tensor": _compare(lambda a, b: a <= b), "aten.le.Scalar": _compare(lambda a, b: a <= b),
     "aten.ge.Tensor": _compare(lambda a, b: a >= b), "aten.ge.Scalar": _compare(lambda a, b: a >= b),
     "aten.embedding.default": lambda node, weight, ids, *_: nn.embedding(weight, ids),
+    "aten.index_select.default": lambda node, x, dim, index: nn.take(x, index, dim),
     "aten.var.correction": _variance(root=False), "aten.std.correction": _variance(root=True),
     "aten.argmax.default": _arg(nn.argmax), "aten.argmin.default": _arg(nn.argmin),
     "aten.cumsum.default": lambda node, x, dim, dtype=None: nn.cumsum(x, dim),

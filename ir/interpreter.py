@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -18,7 +19,7 @@ from .errors import InputError
 from .graph import Graph
 from .node import Node, toposort
 from .ops import VIEWS, Op
-from .patterns import MatmulMatch, match_matmul
+from .patterns import GatherMatch, MatmulMatch, lookup_ids, match_gather, match_matmul
 from .streaming import (STREAM_ELEMENTS, Region, Stream, blocks, full_region, pad_widths, reduced_region,
                         region_shape, region_slices, streams, view_source_region)
 
@@ -102,9 +103,13 @@ class Plan:
     matmuls: dict[int, MatmulMatch]
     streamed: dict[int, Stream]
     needed: set[int]
+    lookups: dict[int, GatherMatch]
 
     def sources(self, node: Node) -> list[Node]:
-        """The values `node` is computed from: a matmul's operands, a streamed reduction's frontier, else its srcs."""
+        """The values `node` is computed from: a lookup's table and ids, a matmul's operands, a streamed reduction's
+        frontier, else its srcs."""
+        if (lookup := self.lookups.get(id(node))) is not None:
+            return [lookup.values, lookup.ids]
         if (match := self.matmuls.get(id(node))) is not None:
             return [match.lhs.srcs[0], match.rhs.srcs[0]]
         if (stream := self.streamed.get(id(node))) is not None:
@@ -114,8 +119,9 @@ class Plan:
 
 def evaluation_plan(roots: Iterable[Node], stream: bool = True) -> Plan:
     order = toposort(list(roots))
-    matmuls = {id(n): m for n in order if (m := match_matmul(n)) is not None}
-    plan = Plan(order, matmuls, streams(order, set(matmuls)) if stream else {}, set())
+    lookups = {id(n): lookup for n in order if (lookup := match_gather(n)) is not None}
+    matmuls = {id(n): m for n in order if id(n) not in lookups and (m := match_matmul(n)) is not None}
+    plan = Plan(order, matmuls, streams(order, set(matmuls) | set(lookups)) if stream else {}, set(), lookups)
     stack = list(roots)
     while stack:
         node = stack.pop()
@@ -165,6 +171,9 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
             if node.op == Op.INPUT:
                 leaf = leaves[node.arg]
                 value = leaf.astype(np.float32) if registers and leaf.dtype == np.float64 else leaf
+            elif id(node) in plan.lookups:
+                lookup = plan.lookups[id(node)]
+                value = _kept(node, looked_up(lookup, values[id(lookup.values)], values[id(lookup.ids)]))
             elif id(node) in plan.matmuls:
                 match = plan.matmuls[id(node)]
                 lhs, rhs = matmul_operands(match, values[id(match.lhs.srcs[0])], values[id(match.rhs.srcs[0])])
@@ -278,6 +287,18 @@ class _Blocks:
         return value   # SLICE: the source's region is the slice
 
 
+def looked_up(lookup: GatherMatch, table: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """A lookup's value: `table` (the summed product's other operand) at the row each id selects, zero where the id
+    is out of range. This is the one-hot sum's value wherever the rows it does not select are finite (a sum would
+    turn an inf there into nan), without its product, which for a vocabulary is tokens x rows x width."""
+    axis, length = lookup.reduce.arg, lookup.length
+    grid = np.indices(lookup.reduce.shape, sparse=True)
+    at = [grid[a if a < axis else a - 1] if a is not None else 0 for a in lookup.ids_axes]
+    ids = np.broadcast_to(ids[tuple(at)], lookup.reduce.shape)
+    picked = np.take_along_axis(table, np.expand_dims(np.clip(ids, 0, length - 1), axis), axis=axis)
+    return np.where((ids >= 0) & (ids < length), picked.squeeze(axis), 0).astype(table.dtype, copy=False)
+
+
 def matmul_operands(match: MatmulMatch, lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A matrix product's operands as (..., M, K) and (..., K, N) arrays, from its expands' sources ((..., M, K, 1)
     and (..., 1, K, N)); an axis the source broadcasts (size 1: a row, a column or K) is made whole, as a view."""
@@ -322,7 +343,24 @@ def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.nda
         if node.dtype.is_float != (value.dtype.kind == "f") or (node.dtype == DType.BOOL) != (value.dtype == bool):
             raise InputError(f"input {name!r} of graph {graph.name!r}: expected {node.dtype}, got {value.dtype}")
         arrays[name] = value.astype(_host_dtype(node.dtype))
+    for name, rows in graph_lookup_ids(graph).items():
+        ids = arrays[name]
+        outside = (ids < 0) | (ids >= rows)
+        if outside.any():
+            at = tuple(int(i) for i in np.argwhere(outside)[0])
+            raise InputError(f"input {name!r} of graph {graph.name!r}: id {ids[at]} at {list(at)} is out of range: it"
+                             f" looks up a row of a table of {rows} (valid ids are 0 to {rows - 1})")
     return arrays
+
+
+def graph_lookup_ids(graph: Graph) -> dict[str, int]:
+    """The graph's inputs that are lookup ids, with the rows they select from."""
+    return _lookup_ids(tuple(graph.outputs.values()))
+
+
+@lru_cache(maxsize=64)
+def _lookup_ids(roots: tuple[Node, ...]) -> dict[str, int]:   # once per graph's outputs: every call checks its ids
+    return lookup_ids(list(roots))
 
 
 def to_numpy(value: Any) -> Any:

@@ -6,13 +6,13 @@ import math
 from collections.abc import Sequence
 
 from .dtypes import DType
-from .errors import ShapeError, user_location
+from .errors import DTypeError, ShapeError, user_location
 from .primitives import normalize_axis
 from .tensor import Tensor, constant, equal, iota, matmul, maximum, where
 
 __all__ = ["relu", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
            "rms_norm", "linear", "causal_mask", "attention", "rope", "matmul", "maximum", "minimum", "clamp", "power",
-           "concat", "split", "embedding", "var", "std", "argmax", "argmin", "cumsum", "where", "constant", "iota"]
+           "concat", "split", "embedding", "take", "var", "std", "argmax", "argmin", "cumsum", "where", "constant", "iota"]
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU
 GELU_CUBIC = 0.044715
@@ -198,13 +198,28 @@ def split(x: Tensor, sizes: Sequence[int], axis: int = 0) -> list[Tensor]:
 
 
 def embedding(weight: Tensor, ids: Tensor) -> Tensor:
-    """weight[ids] (rows of a (V, ...) table) as a one-hot product, (ids == arange(V)) @ weight: exact, one nonzero
-    term per row; an id outside [0, V) gives zeros."""
-    vocab, row = weight.shape[0], weight.shape[1:]
-    hot = equal(iota(tuple(ids.shape) + (vocab,), ids.ndim),
-                ids.reshape(tuple(ids.shape) + (1,)).expand(tuple(ids.shape) + (vocab,)))
-    flat = weight.reshape(vocab, int(math.prod(row))) if len(row) != 1 else weight
-    return (hot.cast(weight.dtype) @ flat).reshape(tuple(ids.shape) + tuple(row))
+    """weight[ids]: rows of a (V, ...) table, as PyTorch's `nn.Embedding` (`take` along axis 0)."""
+    return take(weight, ids, 0)
+
+
+def take(x: Tensor, ids: Tensor, axis: int = 0) -> Tensor:
+    """x's slices at `ids` (int32) along `axis`, shaped x.shape[:axis] + ids.shape + x.shape[axis + 1:], as numpy's
+    `take` and PyTorch's `index_select` (1-D ids) give them.
+
+    Written as a one-hot sum, sum over r of (r == ids) * x[..., r, ...]: exact, the form the e-graph's rules and
+    Z3 reason about; codegen reads the one slice it selects (`ir.patterns.match_gather`). A call with an id outside
+    [0, n) is refused (InputError) where the ids are an input, as PyTorch refuses it; a computed id there gives zeros.
+    """
+    axis = normalize_axis(axis, x.ndim, "take", [x.node])
+    if ids.dtype != DType.INT32:
+        raise DTypeError(f"take: ids must be int32, got {ids.dtype} at {user_location()}")
+    before, n, after = x.shape[:axis], x.shape[axis], x.shape[axis + 1:]
+    space = before + ids.shape + (n,) + after       # the product's shape: the sum runs over its axis of n
+    rows = len(before) + ids.ndim
+    hot = equal(iota(ids.shape + (n,), ids.ndim), ids.reshape(ids.shape + (1,)).expand(ids.shape + (n,)))
+    hot = hot.cast(x.dtype).reshape((1,) * len(before) + ids.shape + (n,) + (1,) * len(after)).expand(space)
+    table = x.reshape(before + (1,) * ids.ndim + (n,) + after).expand(space)
+    return (hot * table).sum(rows)
 
 
 def var(x: Tensor, axis: int = -1, correction: int = 1, keepdim: bool = False) -> Tensor:

@@ -1,13 +1,17 @@
-"""Structural patterns that several stages recognise: a matrix product written as sum(a * b), and attention."""
+"""Structural patterns that several stages recognise: a matrix product written as sum(a * b), a lookup written as a
+one-hot sum, and attention."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 from .dtypes import DType
 from .node import Node, toposort
-from .ops import ELEMENTWISE, Op
+from .ops import ELEMENTWISE, VIEWS, Op
+
+Index = tuple[str, ...]   # an index as symbols, one per axis ("0" for an axis that is not indexed)
 
 
 @dataclass(frozen=True)
@@ -57,10 +61,136 @@ def _matmul(node: Node, constant_along: Callable[[Node, int], bool], casts: bool
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# a lookup: sum over r of (r == ids) * values, which is values at row ids (zero where ids is out of range)
+
+@dataclass(frozen=True)
+class GatherMatch:
+    """`reduce` sums `values` times a selector that is 1 exactly where the index r along the summed axis equals
+    `ids`, so its value is `values` at r = ids, or zero where ids lies outside [0, length).
+
+    `ids` is an integer node that the selector compares r with; `ids_axes` says, for each of its axes, which axis
+    of the summed product its index is (None: index 0).
+    """
+
+    reduce: Node
+    values: Node
+    ids: Node
+    ids_axes: tuple[int | None, ...]
+
+    @property
+    def length(self) -> int:
+        return self.reduce.srcs[0].shape[self.reduce.arg]
+
+
+ROW = "r"              # the summed axis's index in the symbolic product index
+SIGNS = (-1, 0, 1)     # r below, at and above ids: a selector is a function of this sign alone
+
+
+@lru_cache(maxsize=4096)
+def match_gather(node: Node) -> GatherMatch | None:
+    """The lookup `node` computes, if it is sum(selector * values) with the selector r == ids, else None.
+
+    `tensorsmith.nn.embedding` and `take` write a lookup this way, which the e-graph's rules and Z3 reason about as
+    any sum; codegen reads the one row it selects. The selector may be any combination (and, not, casts, the views
+    that keep each axis's index) of comparisons between the summed axis's iota and one integer value that does not
+    vary along it, provided it is true exactly where they are equal.
+    """
+    if node.op != Op.SUM or node.srcs[0].op != Op.MUL:
+        return None
+    product = node.srcs[0]
+    if product.shape[node.arg] < 2:
+        return None
+    index = tuple(ROW if axis == node.arg else f"p{axis}" for axis in range(product.ndim))
+    for selector, values in (product.srcs, reversed(product.srcs)):
+        atoms: dict[tuple[int, Index], Node] = {}
+        table = _truth(selector, index, atoms)
+        if table == (False, True, False) and len(atoms) == 1:
+            ((_, ids_index), ids), = atoms.items()
+            axes = tuple(None if name == "0" else int(name[1:]) for name in ids_index)
+            return GatherMatch(node, values, ids, axes)
+    return None
+
+
+def lookup_ids(roots: list[Node]) -> dict[str, int]:
+    """The inputs that lookups under `roots` take their ids from (through views), each with the fewest rows such a
+    lookup selects from: an id outside [0, rows) selects none."""
+    found: dict[str, int] = {}
+    for node in toposort(roots):
+        lookup = match_gather(node) if node.op == Op.SUM else None
+        source = lookup.ids if lookup is not None else None
+        while source is not None and source.op in VIEWS:
+            source = source.srcs[0]
+        if lookup is not None and source is not None and source.op == Op.INPUT:
+            found[source.arg] = min(found.get(source.arg, lookup.length), lookup.length)
+    return found
+
+
+def lookup_reads(roots: list[Node]) -> dict[str, int]:
+    """The inputs under `roots` that are read only as lookup tables, each with the elements its lookups read (a
+    row per id, at most the table)."""
+    nodes = toposort(roots)
+    lookups = [found for node in nodes if node.op == Op.SUM and (found := match_gather(node)) is not None]
+    if not lookups:
+        return {}
+    stops = {id(found.reduce) for found in lookups}
+    elsewhere = {n.arg for n in toposort(roots, stops) if n.op == Op.INPUT}
+    for found in lookups:     # the selectors: what the ids are computed from is read as a whole
+        elsewhere |= {n.arg for src in found.reduce.srcs[0].srcs if src is not found.values
+                      for n in toposort([src]) if n.op == Op.INPUT}
+    reads: dict[str, int] = {}
+    for found in lookups:
+        for leaf in toposort([found.values]):
+            if leaf.op == Op.INPUT and leaf.arg not in elsewhere:
+                reads[leaf.arg] = min(leaf.size, reads.get(leaf.arg, 0) + found.reduce.size)
+    return reads
+
+
+def _truth(node: Node, index: Index, atoms: dict[tuple[int, Index], Node]) -> tuple[bool, ...] | None:
+    """`node` at `index` as a truth value for each of SIGNS (r - ids below, at, above zero), where it is one; the
+    ids it compares r with are collected in `atoms` by (node, index)."""
+    op = node.op
+    if op in (Op.EXPAND, Op.PERMUTE, Op.RESHAPE):
+        mapped = _view_index(node, index)
+        return None if mapped is None else _truth(node.srcs[0], mapped, atoms)
+    if op == Op.CAST and (node.srcs[0].dtype == DType.BOOL or _float_cast(node)):
+        return _truth(node.srcs[0], index, atoms)     # a truth value cast to a number and back keeps its value
+    if op == Op.CONSTANT and node.dtype == DType.BOOL:
+        return (bool(node.arg),) * len(SIGNS)
+    if op == Op.CONSTANT and node.dtype.is_float and float(node.arg) in (0.0, 1.0):
+        return (bool(node.arg),) * len(SIGNS)
+    if op == Op.MUL:
+        a, b = (_truth(src, index, atoms) for src in node.srcs)
+        return None if a is None or b is None else tuple(x and y for x, y in zip(a, b))
+    if op != Op.LESS_THAN:
+        return None
+    if node.srcs[0].dtype == DType.BOOL:
+        a, b = (_truth(src, index, atoms) for src in node.srcs)
+        return None if a is None or b is None else tuple(x < y for x, y in zip(a, b))
+    first, second = (_index_term(src, index) for src in node.srcs)
+    if first is None or second is None or first[0] == second[0]:    # r compared with an id, not with itself
+        return None
+    row_first = first[0]
+    _, ids, at = second if row_first else first
+    if ids.dtype != DType.INT32 or ROW in at:
+        return None
+    atoms[id(ids), at] = ids
+    return tuple((sign < 0) if row_first else (sign > 0) for sign in SIGNS)
+
+
+def _index_term(node: Node, index: Index) -> tuple[bool, Node, Index] | None:
+    """Below the index-keeping views of `node`: (whether it is the iota along the summed axis, it, its index)."""
+    while node.op in (Op.EXPAND, Op.PERMUTE, Op.RESHAPE):
+        mapped = _view_index(node, index)
+        if mapped is None:
+            return None
+        node, index = node.srcs[0], mapped
+    return node.op == Op.IOTA and index[node.arg] == ROW, node, index
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # streaming attention: softmax(score(q @ k^T)) @ v
 
 MASK_LIMIT = -1e4   # a mask constant at or below this puts a masked score far below every unmasked one
-Index = tuple[str, ...]
 Affine = dict[str, float]   # symbol -> coefficient; "" is the constant term
 
 

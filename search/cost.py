@@ -33,6 +33,7 @@ from tensorsmith.codegen.spaces import (BASE_REGISTERS, MMA_BYTES, VECTOR_BYTES,
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import COMPUTE, Op, REDUCE, UNARY, VIEWS
+from tensorsmith.ir.patterns import lookup_reads, match_gather
 from tensorsmith.ir.targets import Target
 
 LAUNCH_SECONDS = 3e-6          # kept for callers; the target's launch_s is what the model uses
@@ -92,8 +93,16 @@ def kernel_flops(kernel: Kernel) -> float:
 
 
 def kernel_bytes(kernel: Kernel, program: KernelProgram) -> float:
-    """Device-memory traffic: every buffer the kernel touches, read or written once."""
-    return float(sum(program.buffers[name].nbytes for name in kernel.reads + kernel.writes))
+    """Device-memory traffic: every buffer the kernel touches, read or written once; of a table it only looks rows
+    up in, the rows it reads."""
+    tables = _lookup_reads(kernel)
+    return float(sum(buffer.dtype.itemsize * tables[name] if name in tables else buffer.nbytes
+                     for name in kernel.reads + kernel.writes for buffer in (program.buffers[name],)))
+
+
+@lru_cache(maxsize=4096)
+def _lookup_reads(kernel: Kernel) -> dict[str, int]:
+    return lookup_reads([node for _, node in kernel.outputs])
 
 
 def kernel_seconds(kernel: Kernel, program: KernelProgram, target: Target) -> float:
@@ -456,8 +465,9 @@ def _evaluations(root: Node, base: float, stops: frozenset[int]) -> dict[int, tu
         if id(node) in stops:
             continue
         for src in node.srcs:
-            if node.op in REDUCE:
-                own_index[id(src)] = own_index.get(id(src), 0.0) + count * src.shape[node.arg]
+            if node.op in REDUCE:   # each element of the row; a lookup reads the one it selects
+                length = 1 if match_gather(node) is not None else src.shape[node.arg]
+                own_index[id(src)] = own_index.get(id(src), 0.0) + count * length
             elif node.op in VIEWS:
                 own_index[id(src)] = own_index.get(id(src), 0.0) + count
             else:
@@ -468,6 +478,8 @@ def _evaluations(root: Node, base: float, stops: frozenset[int]) -> dict[int, tu
 def _flops(node: Node, count: float) -> float:
     if node.op not in COMPUTE:
         return 0.0
+    if node.op in REDUCE and match_gather(node) is not None:
+        return count            # the select of the one element it reads
     if node.op in REDUCE:
         return count * node.srcs[0].shape[node.arg] if is_inline_reduce(node) else 0.0
     return count * (TRANSCENDENTAL_FLOPS if node.op in UNARY else 1)

@@ -16,7 +16,7 @@ from tensorsmith.ir.patterns import match_matmul
 from tensorsmith.ir.dtypes import DType, round_to_host
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.interpreter import check_inputs, evaluate, held_sizes, to_numpy
+from tensorsmith.ir.interpreter import check_inputs, evaluate, graph_lookup_ids, held_sizes, to_numpy
 from tensorsmith.ir.kernel_program import KernelProgram
 from tensorsmith.ir.node import Node, toposort
 
@@ -126,10 +126,11 @@ def weight_scales(graph: Graph) -> dict[str, float]:
 def random_inputs(graph: Graph, seed: int, scale: float = 1.0,
                   only: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """Fresh inputs for `graph` (or those named in `only`): normal floats (never zeros; weight matrices at their
-    `weight_scales`, the rest standard), small ints, random bools."""
+    `weight_scales`, the rest standard), small ints (a lookup's ids: rows of its table), random bools."""
     rng = np.random.default_rng(seed)
     arrays = {}
     weights = weight_scales(graph)
+    rows = graph_lookup_ids(graph)
     names = set(graph.inputs if only is None else only)
     for name, node in graph.inputs.items():
         if name not in names:
@@ -140,8 +141,9 @@ def random_inputs(graph: Graph, seed: int, scale: float = 1.0,
             if factor != 1.0:
                 values *= np.float32(factor)
             arrays[name] = round_to_host(values, node.dtype)
-        elif node.dtype == DType.INT32:
-            arrays[name] = rng.integers(-100, 100, node.shape, dtype=np.int32)
+        elif node.dtype == DType.INT32:    # a lookup's ids select rows of its table
+            low, high = (0, rows[name]) if name in rows else (-100, 100)
+            arrays[name] = rng.integers(low, high, node.shape, dtype=np.int32)
         else:
             arrays[name] = rng.random(node.shape) < 0.5
     return arrays

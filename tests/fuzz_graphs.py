@@ -33,6 +33,7 @@ import numpy as np
 import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.ir.dtypes import round_to_host
+from tensorsmith.ir.ops import Op
 from tensorsmith.search.error_bound import relative_error_bounds
 from tensorsmith.search.verify import ROUNDING_NOISE, VerificationError, relative_l2, rounding_noise
 
@@ -846,7 +847,8 @@ def _index(b: _Builder, v: Value, values: list[Value]) -> Value:
 
 
 def _embedding(b: _Builder, v: Value, values: list[Value]) -> Value:
-    """nn.embedding with `v` as the table (V, ...): ids of the graph's or fresh, most often brought into [0, V)."""
+    """nn.embedding with `v` as the table (V, ...): ids of the graph's or fresh, most often brought into [0, V) (and
+    always where they are an input: out of range, they are refused)."""
     vocab, row = v.shape[0], math.prod(v.shape[1:])
     ids_ok = [w for w in values if w.dtype == "int32" and w.array.size * max(vocab, row) <= MAX_ELEMENTS]
     ids = b.pick(ids_ok) if ids_ok and b.chance(0.5) else None
@@ -855,7 +857,7 @@ def _embedding(b: _Builder, v: Value, values: list[Value]) -> Value:
         if math.prod(shape) * max(vocab, row) > MAX_ELEMENTS:
             return v
         ids = b.input(shape, "int32")
-    if b.chance(0.7):
+    if b.chance(0.7) or ids.tensor.node.op == Op.INPUT:   # ids given out of range are an error; computed, zeros
         ids = Value(ids.tensor.abs() % vocab, np.fmod(np.abs(ids.array), vocab), "int32", True, vocab - 1)
         b.steps.append(f"abs mod {vocab}")
     b.steps.append(f"embedding of {ids.shape}")

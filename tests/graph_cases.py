@@ -47,6 +47,16 @@ def _integers() -> ts.Graph:
     return g
 
 
+def _lookups() -> ts.Graph:
+    g = ts.Graph("lookups")
+    ids = g.input("ids", (3, 37), "int32")
+    table = g.input("table", (1001, 72), "float16")
+    g.output("tokens", nn.layer_norm(nn.embedding(table, ids)))
+    x = g.input("x", (5, 211, 9), "float32")
+    g.output("picked", nn.take(x, g.input("j", (13,), "int32"), axis=1) * 2)
+    return g
+
+
 def _column_sum() -> ts.Graph:
     g = ts.Graph("column_sum")
     x = g.input("x", (129, 37), "float32")
@@ -152,7 +162,7 @@ def deep_shared_chain(links: int = 1000) -> ts.Graph:
 
 CASES: dict[str, Callable[[], ts.Graph]] = {
     "pointwise_math": _pointwise_math, "views": _views, "broadcast_bf16": _broadcast_bf16,
-    "integers": _integers, "column_sum": _column_sum, "full_sum": _full_sum, "norms": _norms,
+    "integers": _integers, "lookups": _lookups, "column_sum": _column_sum, "full_sum": _full_sum, "norms": _norms,
     "many_short_rows": _many_short_rows, "rope": _rope, "matmul": _matmul, "shared_outputs": _shared_outputs,
     "attention": _attention, "tensor_core_mlp": _tensor_core_mlp, "tensor_core_batched": _tensor_core_batched,
     "decoder_block": decoder_block,

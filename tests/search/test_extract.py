@@ -10,6 +10,7 @@ import pytest
 from graph_cases import CASES, deep_shared_chain
 
 import tensorsmith as ts
+from tensorsmith.ir.interpreter import graph_lookup_ids
 from tensorsmith.ir.ops import Op
 from tensorsmith.rewrites import RULES, saturate
 from tensorsmith.rewrites.eclasses import classes_of, enode_of, read_eclasses
@@ -20,9 +21,11 @@ from tensorsmith.search.extract import written_enodes
 def inputs_for(graph: ts.Graph, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     arrays = {}
+    rows = graph_lookup_ids(graph)
     for name, node in graph.inputs.items():
-        if node.dtype == ts.DType.INT32:
-            arrays[name] = rng.integers(-9, 10, node.shape).astype(np.int32)
+        if node.dtype == ts.DType.INT32:   # small ints, or a lookup's rows
+            low, high = (0, rows[name]) if name in rows else (-9, 10)
+            arrays[name] = rng.integers(low, high, node.shape).astype(np.int32)
         else:
             arrays[name] = rng.standard_normal(node.shape).astype(np.float32)
     return arrays

@@ -1,0 +1,128 @@
+"""Lookups (`nn.embedding`, `nn.take`): a one-hot sum in the graph, the one row it selects in the kernel, the
+reference and the cost model; ids checked as PyTorch checks them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorsmith as ts
+from tensorsmith import nn
+from tensorsmith.codegen.render import render_kernel
+from tensorsmith.ir.errors import DTypeError, InputError
+from tensorsmith.ir.interpreter import evaluate_nodes
+from tensorsmith.ir.node import toposort
+from tensorsmith.ir.patterns import lookup_ids, lookup_reads, match_gather, match_matmul
+from tensorsmith.ir.targets import TARGETS
+from tensorsmith.ir.tensor import equal, iota, logical_and, logical_not
+from tensorsmith.search.cost import kernel_cost
+from tensorsmith.search.partition import partition
+from tensorsmith.search.verify import random_inputs
+
+
+def _embedding(vocab: int = 1000, tokens: int = 24, width: int = 64, dtype: str = "float16") -> ts.Graph:
+    g = ts.Graph("embedding")
+    ids = g.input("ids", (2, tokens), "int32")
+    table = g.input("table", (vocab, width), dtype)
+    g.output("y", nn.embedding(table, ids))
+    return g
+
+
+def _sums(graph: ts.Graph) -> list:
+    return [node for node in toposort(list(graph.outputs.values())) if node.op.value == "sum"]
+
+
+def test_embedding_is_matched_as_a_lookup_of_its_ids() -> None:
+    graph = _embedding()
+    (total,) = _sums(graph)
+    lookup = match_gather(total)
+    assert lookup is not None and lookup.length == 1000
+    assert lookup.ids is graph.inputs["ids"] and lookup.ids_axes == (0, 1)
+    assert match_matmul(total) is not None      # the graph's form is still a contraction, for the e-graph and Z3
+    assert lookup_ids(list(graph.outputs.values())) == {"ids": 1000}
+    assert lookup_reads(list(graph.outputs.values())) == {"table": 2 * 24 * 64}
+
+
+def test_take_along_a_middle_axis_matches_numpy() -> None:
+    g = ts.Graph("take")
+    x = g.input("x", (4, 30, 6), "float32")
+    j = g.input("j", (5,), "int32")
+    g.output("y", nn.take(x, j, axis=1))
+    lookup = match_gather(_sums(g)[0])
+    assert lookup is not None and lookup.length == 30
+    values = {"x": np.random.default_rng(0).standard_normal((4, 30, 6)).astype(np.float32),
+              "j": np.array([0, 29, 7, 7, 3], np.int32)}
+    assert np.array_equal(ts.evaluate(g, values)["y"], np.take(values["x"], values["j"], axis=1))
+
+
+@pytest.mark.parametrize("selector", ["less_equal", "two_ids", "varying_ids"])
+def test_sums_that_are_not_lookups_are_not_matched(selector: str) -> None:
+    """A prefix sum (r <= id), a selector of two different ids, and ids that vary along the summed axis."""
+    g = ts.Graph(selector)
+    x = g.input("x", (8, 16), "float32")
+    a = g.input("a", (8, 1), "int32").expand((8, 16))
+    r = iota((8, 16), 1)
+    if selector == "less_equal":
+        hot = logical_not(a < r)
+    elif selector == "two_ids":
+        hot = logical_and(equal(r, a), equal(r, g.input("b", (8, 1), "int32").expand((8, 16))))
+    else:
+        hot = equal(r, g.input("c", (8, 16), "int32"))
+    g.output("y", (hot.cast("float32") * x).sum(1))
+    assert match_gather(_sums(g)[0]) is None
+
+
+def test_a_lookup_is_as_exact_as_its_one_hot_sum_and_out_of_range_ids_give_zeros() -> None:
+    graph = _embedding(vocab=50, dtype="float32")
+    ids = np.array([[0, 49, 50, -1, 7] * 4 + [3, 3, 3, 3]] * 2, np.int32)
+    table = np.random.default_rng(1).standard_normal((50, 64)).astype(np.float32)
+    out = evaluate_nodes(graph.outputs.values(), {"ids": ids, "table": table})[id(graph.outputs["y"])]
+    hot = (ids[..., None] == np.arange(50)).astype(np.float64)
+    assert np.array_equal(out, hot @ table.astype(np.float64))
+    assert not out[ids == 50].any() and not out[ids == -1].any()
+
+
+def test_an_out_of_range_id_is_an_input_error_naming_it() -> None:
+    graph = _embedding(vocab=100)
+    inputs = random_inputs(graph, seed=0)
+    assert inputs["ids"].min() >= 0 and inputs["ids"].max() < 100 and inputs["ids"].max() > 50  # ids drawn as rows
+    inputs["ids"][1, 5] = 100
+    with pytest.raises(InputError, match=r"'ids'.*id 100 at \[1, 5\].*0 to 99"):
+        ts.evaluate(graph, inputs)
+
+
+def test_take_needs_integer_ids() -> None:
+    g = ts.Graph("float_ids")
+    with pytest.raises(DTypeError, match="int32"):
+        nn.take(g.input("x", (4, 4), "float32"), g.input("i", (2,), "float32"))
+
+
+def test_a_lookup_kernel_reads_one_row_and_is_priced_by_it() -> None:
+    """GPT-2's vocabulary: one pointwise kernel that loads the selected row, priced by the rows it reads, not by the
+    table (77 MB) nor the one-hot product's 20 GFLOP."""
+    graph = _embedding(vocab=50257, tokens=256, width=768)
+    program = partition(graph)
+    (kernel,) = program.kernels
+    assert kernel.archetype == "pointwise"
+    source = render_kernel(program, 0).source
+    assert "row" in source and "50257" in source and "for (int r" not in source
+    cost = kernel_cost(kernel, program, TARGETS["sm90"])
+    assert cost.dram_bytes < 4 * 2 * 256 * 768 * 2       # ids, the rows read and the output: about 1.6 MB
+    assert cost.flops < 10 * 2 * 256 * 768
+    assert cost.seconds < 20e-6
+
+
+def test_compiled_lookup_fused_with_a_norm_matches_the_reference() -> None:
+    g = ts.Graph("embedding_norm")
+    ids = g.input("ids", (40,), "int32")
+    table = g.input("table", (3000, 96), "float16")
+    pos = g.input("pos", (40, 96), "float16")
+    g.output("y", nn.layer_norm(nn.embedding(table, ids) + pos))
+    program = ts.compile(g, budget_s=10, profile=False, progress=False)
+    assert len(program.kernels) == 1
+    inputs = random_inputs(g, seed=3)
+    out = program(device="cpu", **inputs)["y"]
+    ref = ts.evaluate(g, inputs)["y"]
+    assert np.abs(out.astype(np.float64) - ref).max() < 2e-2
+    inputs["ids"][0] = -1
+    with pytest.raises(InputError, match="out of range"):
+        program(device="cpu", **inputs)
