@@ -19,7 +19,7 @@ from tensorsmith.ir import nn
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.errors import TensorsmithError, located
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
+from tensorsmith.ir.tensor import Tensor, broadcast_shapes, constant, equal, logical_and, logical_not, where
 
 from .imported import LARGEST_FINITE, ImportedModel, ImportedProgram, ModelImportError, finite, identifier
 from .pipeline import compile as ts_compile
@@ -261,6 +261,37 @@ def _slice(node: Any, x: Tensor, dim: int = 0, start: Any = None, end: Any = Non
     return x[tuple(index)]
 
 
+def _select(node: Any, x: Tensor, dim: int, index: int) -> Tensor:
+    """x[..., index, ...] at a fixed index (`x[:, 0]`, BERT's pooler): a slice with the axis dropped."""
+    return x[(slice(None),) * (dim % x.ndim) + (index,)]
+
+
+def _index(node: Any, x: Tensor, indices: Sequence[Any]) -> Tensor:
+    """x[..., i, j, ...] with integer tensors of ids on consecutive axes (the others taken whole), as PyTorch's
+    advanced indexing: the ids broadcast together, and the axes they index become one of their broadcast shape. A
+    lookup along those axes flattened into one (a single tensor: along its axis)."""
+    given = [(axis, ids) for axis, ids in enumerate(indices) if ids is not None]
+    axes = [axis for axis, _ in given]
+    if any(ids.dtype != DType.INT32 for _, ids in given) or axes != list(range(axes[0], axes[0] + len(axes))):
+        kinds = ", ".join(f"{ids.dtype} ids on axis {axis}" for axis, ids in given)
+        raise TorchImportError(f"aten.index.Tensor with {kinds}: only integer ids on consecutive axes are supported;"
+                               f" boolean masks and ids on axes apart are not yet")
+    first, sizes = axes[0], [x.shape[axis] for axis in axes]
+    shape: tuple[int, ...] = ()
+    for _, ids in given:
+        shape = broadcast_shapes(shape, ids.shape, "index")
+    flat = None
+    for (_, ids), stride in zip(given, [math.prod(sizes[k + 1:]) for k in range(len(sizes))]):
+        term = _expanded(ids, shape) * stride if stride != 1 else _expanded(ids, shape)
+        flat = term if flat is None else flat + term
+    table = x.reshape(x.shape[:first] + (math.prod(sizes),) + x.shape[first + len(axes):])
+    return nn.take(table, flat, first)
+
+
+def _expanded(ids: Tensor, shape: tuple[int, ...]) -> Tensor:
+    return ids.reshape((1,) * (len(shape) - ids.ndim) + ids.shape).expand(shape)
+
+
 def _split(node: Any, x: Tensor, sizes: Sequence[int], dim: int = 0) -> list[Tensor]:
     return nn.split(x, sizes, dim)
 
@@ -282,6 +313,24 @@ def _layer_norm(node: Any, x: Tensor, shape: Sequence[int], weight: Any = None, 
 def _where_lowering(node: Any, cond: Tensor, a: Any, b: Any) -> Tensor:
     dtype = _dtype(node.meta["val"].dtype)
     return where(cond, *(finite(_scalar(v), dtype) if not isinstance(v, Tensor) else v for v in (a, b)))
+
+
+def _multiply(a: Any, b: Any) -> Tensor:
+    """a * b; of two bool tensors, their and (PyTorch multiplies masks so)."""
+    if all(isinstance(v, Tensor) and v.dtype == DType.BOOL for v in (a, b)):
+        return logical_and(a, b)
+    return a * b
+
+
+def _remainder(node: Any, a: Tensor, b: Any) -> Tensor:
+    """PyTorch's (and Python's) a % b, which takes the sign of b: the truncated remainder, plus b where it is not
+    zero and its sign is not b's."""
+    b = _scalar(b)
+    r = a % b
+    if isinstance(b, Tensor):
+        wrong_sign = logical_not(equal(r < 0, b < 0))
+        return where(logical_and(logical_not(equal(r, 0)), wrong_sign), r + b, r)
+    return where(r < 0 if b > 0 else r > 0, r + b, r)
 
 
 def _compare(fn: Callable[[Any, Any], Tensor]) -> Callable[..., Tensor]:
@@ -404,7 +453,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.add.Tensor": _binary(lambda a, b: a + b), "aten.add.Scalar": _binary(lambda a, b: a + b),
     "aten.sub.Tensor": _binary(lambda a, b: a - b), "aten.sub.Scalar": _binary(lambda a, b: a - b),
     "aten.rsub.Scalar": lambda node, a, b, alpha=1: _scalar(b) - (a if alpha == 1 else a * alpha),
-    "aten.mul.Tensor": _binary(lambda a, b: a * b), "aten.mul.Scalar": _binary(lambda a, b: a * b),
+    "aten.mul.Tensor": _binary(_multiply), "aten.mul.Scalar": _binary(_multiply),
     "aten.div.Tensor": _binary(lambda a, b: a / b), "aten.div.Scalar": _binary(lambda a, b: a / b),
     "aten.neg.default": lambda node, x: -x,
     "aten.pow.Tensor_Scalar": lambda node, x, exponent: nn.power(x, exponent),
@@ -444,6 +493,9 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.ge.Tensor": _compare(lambda a, b: a >= b), "aten.ge.Scalar": _compare(lambda a, b: a >= b),
     "aten.embedding.default": lambda node, weight, ids, *_: nn.embedding(weight, ids),
     "aten.index_select.default": lambda node, x, dim, index: nn.take(x, index, dim),
+    "aten.index.Tensor": _index, "aten.select.int": _select,
+    "aten.remainder.Scalar": _remainder, "aten.remainder.Tensor": _remainder,
+    "aten.fmod.Scalar": lambda node, a, b: a % _scalar(b), "aten.fmod.Tensor": lambda node, a, b: a % _scalar(b),
     "aten.var.correction": _variance(root=False), "aten.std.correction": _variance(root=True),
     "aten.argmax.default": _arg(nn.argmax), "aten.argmin.default": _arg(nn.argmin),
     "aten.cumsum.default": lambda node, x, dim, dtype=None: nn.cumsum(x, dim),

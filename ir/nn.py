@@ -213,6 +213,8 @@ def take(x: Tensor, ids: Tensor, axis: int = 0) -> Tensor:
     axis = normalize_axis(axis, x.ndim, "take", [x.node])
     if ids.dtype != DType.INT32:
         raise DTypeError(f"take: ids must be int32, got {ids.dtype} at {user_location()}")
+    if x.dtype == DType.BOOL:      # a mask's entries, taken as numbers (a sum is no operation on bools)
+        return take(x.cast(DType.INT32), ids, axis).cast(DType.BOOL)
     before, n, after = x.shape[:axis], x.shape[axis], x.shape[axis + 1:]
     space = before + ids.shape + (n,) + after       # the product's shape: the sum runs over its axis of n
     rows = len(before) + ids.ndim

@@ -84,6 +84,35 @@ def test_exact_gelu_embedding_concatenation_clamp_and_power() -> None:
         assert _relative(program(ids, x), module(ids, x)) < 1e-6
 
 
+def test_fixed_and_tensor_indexing_match_eager() -> None:
+    """x[:, 0] (BERT's pooler), x[..., -1], x.select, index_select, x[:, ids] and x[rows, ids] (ids broadcast
+    together, as transformers' masks index) become slices and lookups."""
+    class Indexing(torch.nn.Module):
+        def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            rows = ids % 3
+            return (x[:, 0], x[..., -1], x.select(1, 2), torch.index_select(x, 2, ids), x[:, ids],
+                    torch.nn.functional.embedding(ids, x[0]), x[rows[:, None], ids[None, :]])
+    module = Indexing()
+    x, ids = torch.randn(3, 7, 9), torch.tensor([0, 6, 2, 2])
+    program = from_torch(module, (x, ids), profile=False, **QUICK)
+    x, ids = torch.randn(3, 7, 9), torch.tensor([5, 0, 3, 1])
+    for ours, theirs in zip(program(x, ids), module(x, ids)):
+        assert ours.shape == theirs.shape and torch.equal(ours, theirs)
+    with pytest.raises(TensorsmithError, match="out of range"):     # PyTorch raises IndexError
+        program(x, torch.tensor([0, 1, 2, 7]))
+
+
+def test_remainder_takes_the_sign_of_the_divisor_as_pytorch_does() -> None:
+    class Remainders(torch.nn.Module):
+        def forward(self, n: torch.Tensor, x: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return n % 3, n % -3, torch.fmod(n, 3), x % 2.5, x % d, torch.remainder(n, n.abs() + 1)
+    module = Remainders()
+    args = (torch.arange(-7, 8), torch.linspace(-6, 6, 15), torch.linspace(-3, 3, 15).round() + 0.5)
+    program = from_torch(module, args, profile=False, **QUICK)
+    for ours, theirs in zip(program(*args), module(*args)):
+        assert torch.allclose(ours.to(theirs.dtype), theirs, atol=1e-6), (ours, theirs)
+
+
 def test_statistics_argmax_and_running_sums() -> None:
     class Stats(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -203,3 +232,22 @@ def test_fused_attention_flags_are_read_by_name_not_position() -> None:
          for i, name in enumerate("qkv")}
     expected = F.scaled_dot_product_attention(*(torch.from_numpy(x[n]) for n in "qkv"), is_causal=False)
     assert _relative(torch.from_numpy(ts.evaluate(g, x)["y"]), expected.double()) < 1e-6
+
+
+def test_bert_with_its_attention_mask_and_pooler_matches_eager() -> None:
+    """transformers' padding mask indexes with broadcast id tensors and multiplies bool masks; the pooler reads
+    x[:, 0]."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=128, vocab_size=500)
+    model = transformers.BertModel(config).eval()
+    ids, mask = torch.randint(0, 500, (2, 16)), torch.ones(2, 16, dtype=torch.long)
+    mask[1, 10:] = 0
+    program = from_torch(model, (ids, mask), profile=False, **QUICK)
+    ids = torch.randint(0, 500, (2, 16))
+    mask[0, 12:] = 0
+    with torch.no_grad():
+        hidden, pooled = program(ids, mask)
+        reference = model(ids, mask)
+    assert _relative(hidden, reference.last_hidden_state) < 1e-5
+    assert _relative(pooled, reference.pooler_output) < 1e-5
