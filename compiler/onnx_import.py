@@ -314,6 +314,16 @@ def _gather(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     return joined.reshape(tuple(x.shape[:axis]) + picked.shape + tuple(x.shape[axis + 1:]))
 
 
+def _gather_nd(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    """data at the index tuples that the last axis of indices holds (batch_dims 0): `nn.index` over its leading axes."""
+    data, indices = context.tensor(inputs[0]), context.tensor(inputs[1])
+    if attrs.get("batch_dims", 0):
+        raise OnnxImportError(f"GatherND node {context.node.name!r}: batch_dims {attrs['batch_dims']}; only 0 is"
+                              f" supported")
+    parts = [indices[..., k] for k in range(indices.shape[-1])]
+    return nn.index(data, parts, 0)
+
+
 def _reduce(reduce: Callable[[Tensor, int], Tensor]) -> Callable[..., Tensor]:
     def lower(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
         x = context.tensor(inputs[0])
@@ -414,7 +424,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "Reshape": _reshape, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Expand": _expand,
     "Transpose": lambda context, inputs, attrs: context.tensor(inputs[0]).permute(
         *(attrs.get("perm") or list(reversed(range(context.tensor(inputs[0]).ndim))))),
-    "Slice": _slice, "Split": _split, "Gather": _gather,
+    "Slice": _slice, "Split": _split, "Gather": _gather, "GatherND": _gather_nd,
     "Concat": lambda context, inputs, attrs: nn.concat([context.tensor(v) for v in inputs], attrs["axis"]),
     "Cast": _cast, "Where": _where, "ArgMax": _arg(nn.argmax), "ArgMin": _arg(nn.argmin), "CumSum": _cumsum,
     "IsNaN": _elementwise(lambda x: logical_not(equal(x, x))),

@@ -19,7 +19,7 @@ from tensorsmith.ir import nn
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.errors import TensorsmithError, located
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.tensor import Tensor, broadcast_shapes, constant, equal, logical_and, logical_not, where
+from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
 from .imported import LARGEST_FINITE, ImportedModel, ImportedProgram, ModelImportError, finite, identifier
 from .pipeline import compile as ts_compile
@@ -268,28 +268,14 @@ def _select(node: Any, x: Tensor, dim: int, index: int) -> Tensor:
 
 def _index(node: Any, x: Tensor, indices: Sequence[Any]) -> Tensor:
     """x[..., i, j, ...] with integer tensors of ids on consecutive axes (the others taken whole), as PyTorch's
-    advanced indexing: the ids broadcast together, and the axes they index become one of their broadcast shape. A
-    lookup along those axes flattened into one (a single tensor: along its axis)."""
+    advanced indexing does it (`nn.index`)."""
     given = [(axis, ids) for axis, ids in enumerate(indices) if ids is not None]
     axes = [axis for axis, _ in given]
     if any(ids.dtype != DType.INT32 for _, ids in given) or axes != list(range(axes[0], axes[0] + len(axes))):
         kinds = ", ".join(f"{ids.dtype} ids on axis {axis}" for axis, ids in given)
         raise TorchImportError(f"aten.index.Tensor with {kinds}: only integer ids on consecutive axes are supported;"
                                f" boolean masks and ids on axes apart are not yet")
-    first, sizes = axes[0], [x.shape[axis] for axis in axes]
-    shape: tuple[int, ...] = ()
-    for _, ids in given:
-        shape = broadcast_shapes(shape, ids.shape, "index")
-    flat = None
-    for (_, ids), stride in zip(given, [math.prod(sizes[k + 1:]) for k in range(len(sizes))]):
-        term = _expanded(ids, shape) * stride if stride != 1 else _expanded(ids, shape)
-        flat = term if flat is None else flat + term
-    table = x.reshape(x.shape[:first] + (math.prod(sizes),) + x.shape[first + len(axes):])
-    return nn.take(table, flat, first)
-
-
-def _expanded(ids: Tensor, shape: tuple[int, ...]) -> Tensor:
-    return ids.reshape((1,) * (len(shape) - ids.ndim) + ids.shape).expand(shape)
+    return nn.index(x, [ids for _, ids in given], axes[0])
 
 
 def _split(node: Any, x: Tensor, sizes: Sequence[int], dim: int = 0) -> list[Tensor]:

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from .dtypes import DType
 from .errors import DTypeError, ShapeError, user_location
 from .primitives import normalize_axis
-from .tensor import Tensor, constant, equal, iota, matmul, maximum, where
+from .tensor import Tensor, broadcast_shapes, constant, equal, iota, matmul, maximum, where
 
 __all__ = ["relu", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
            "rms_norm", "linear", "causal_mask", "attention", "rope", "matmul", "maximum", "minimum", "clamp", "power",
-           "concat", "split", "embedding", "take", "var", "std", "argmax", "argmin", "cumsum", "where", "constant", "iota"]
+           "concat", "split", "embedding", "take", "index", "var", "std", "argmax", "argmin", "cumsum", "where", "constant", "iota"]
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU
 GELU_CUBIC = 0.044715
@@ -222,6 +222,29 @@ def take(x: Tensor, ids: Tensor, axis: int = 0) -> Tensor:
     hot = hot.cast(x.dtype).reshape((1,) * len(before) + ids.shape + (n,) + (1,) * len(after)).expand(space)
     table = x.reshape(before + (1,) * ids.ndim + (n,) + after).expand(space)
     return (hot * table).sum(rows)
+
+
+def index(x: Tensor, ids: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """x[..., i, j, ...]: integer tensors of ids for the consecutive axes from `axis`, broadcast together, whose
+    axes become one of their broadcast shape (PyTorch's advanced indexing on adjacent axes, ONNX's GatherND): a
+    `take` along those axes flattened into one, at the ids' row-major offsets (an id out of its own axis's range
+    but whose offset is in range reads another row)."""
+    axis = normalize_axis(axis, x.ndim, "index", [x.node])
+    sizes = x.shape[axis:axis + len(ids)]
+    if not ids or len(sizes) != len(ids):
+        raise ShapeError(f"index: {len(ids)} id tensors from axis {axis} of {x.shape} at {user_location()}")
+    if len(ids) == 1:
+        return take(x, ids[0], axis)
+    shape: tuple[int, ...] = ()
+    for part in ids:
+        shape = broadcast_shapes(shape, part.shape, "index")
+    offset = None
+    for k, part in enumerate(ids):
+        term = part.reshape((1,) * (len(shape) - part.ndim) + part.shape).expand(shape) * math.prod(sizes[k + 1:])
+        offset = term if offset is None else offset + term
+    assert offset is not None
+    flat = x.reshape(x.shape[:axis] + (math.prod(sizes),) + x.shape[axis + len(ids):])
+    return take(flat, offset, axis)
 
 
 def var(x: Tensor, axis: int = -1, correction: int = 1, keepdim: bool = False) -> Tensor:

@@ -168,3 +168,43 @@ def test_reductions_with_empty_axes_bfloat16_weights_and_old_opsets() -> None:
                             opset_imports=[helper.make_opsetid("", 11)])
     with pytest.raises(OnnxImportError, match="opset is 11.*convert_version"):
         import_onnx(old)
+
+
+def test_gather_nd_and_gather_on_a_middle_axis_match_the_reference() -> None:
+    nodes = [helper.make_node("GatherND", ["x", "pairs"], ["rows"]),
+             helper.make_node("Gather", ["x", "picks"], ["middle"], axis=1)]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5, 6]),
+              helper.make_tensor_value_info("pairs", TensorProto.INT64, [3, 2]),
+              helper.make_tensor_value_info("picks", TensorProto.INT64, [2, 2])]
+    outputs = [helper.make_tensor_value_info("rows", TensorProto.FLOAT, [3, 6]),
+               helper.make_tensor_value_info("middle", TensorProto.FLOAT, [4, 2, 2, 6])]
+    model = _model(nodes, inputs, outputs, {})
+    program = from_onnx(model, **QUICK)
+    x = RNG.standard_normal((4, 5, 6)).astype(np.float32)
+    pairs, picks = np.array([[3, 4], [0, 0], [2, 1]]), np.array([[4, 0], [2, 2]])
+    ours = program(x, pairs, picks)
+    theirs = ReferenceEvaluator(model).run(None, {"x": x, "pairs": pairs, "picks": picks})
+    for a, b in zip(ours, theirs):
+        assert np.array_equal(a, b)
+
+
+def test_bert_with_its_attention_mask_exported_by_torch_matches_eager(tmp_path: Path) -> None:
+    """torch.onnx writes the padding mask's indexing as GatherND."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    pytest.importorskip("onnxscript", reason="torch.onnx's exporter needs onnxscript")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=128, vocab_size=500)
+    model = transformers.BertModel(config).eval()
+    ids, mask = torch.randint(0, 500, (2, 16)), torch.ones(2, 16, dtype=torch.long)
+    mask[1, 10:] = 0
+    path = tmp_path / "bert.onnx"
+    torch.onnx.export(model, (ids,), str(path), kwargs={"attention_mask": mask}, dynamo=True)
+    program = from_onnx(path, **QUICK)
+    mask[0, 12:] = 0
+    hidden, pooled = program(ids.numpy(), mask.numpy())
+    with torch.no_grad():
+        reference = model(ids, mask)
+    assert _relative(hidden, reference.last_hidden_state.numpy()) < 1e-5
+    assert _relative(pooled, reference.pooler_output.numpy()) < 1e-5
