@@ -156,10 +156,28 @@ def output_folder(path: str | os.PathLike, force: bool = False) -> Path:
         return target
     if not target.is_dir():
         raise OutputError(f"{path} is a file, not a folder: a program is saved as a folder; choose another path")
-    if (target / MANIFEST).is_file() or not any(target.iterdir()) or force:
+    if force or not any(target.iterdir()):
         return target
+    if (target / MANIFEST).is_file():
+        others = _unlisted_files(target)
+        if not others:
+            return target
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise OutputError(f"{path} is a tensorsmith output folder, but it also holds files tensorsmith did not write"
+                          f" ({shown}); saving there would delete them. Move them out, choose a new folder, or pass"
+                          f" --force (force=True) to replace it all")
     raise OutputError(f"{path} exists and is not a tensorsmith output folder (it has no {MANIFEST}); saving there would"
                       f" delete what it holds. Choose a new folder, or pass --force (force=True) to replace it")
+
+
+def _unlisted_files(folder: Path) -> list[str]:
+    """The files under `folder` that its manifest does not list (nor is it), as relative paths, sorted."""
+    try:
+        listed = set(json.loads((folder / MANIFEST).read_text())) | {MANIFEST}
+    except (OSError, ValueError):
+        listed = {MANIFEST}
+    return sorted(str(file.relative_to(folder)) for file in folder.rglob("*")
+                  if not file.is_dir() and str(file.relative_to(folder)) not in listed)
 
 
 def _replace_dir(staging: Path, target: Path) -> None:

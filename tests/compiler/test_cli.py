@@ -222,6 +222,25 @@ def test_output_replaces_its_own_folder_and_fills_an_empty_one(tmp_path: Path) -
     assert (empty / "manifest.json").is_file()
 
 
+def test_output_keeps_files_the_user_added_to_its_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder tensorsmith wrote, to which the user added notes.txt and sub/data.bin: recompiling there is refused,
+    naming them, and deletes nothing; with --force it replaces the folder."""
+    model = _rmsnorm_model(tmp_path / "project")
+    out = tmp_path / "out"
+    assert main(["compile", str(model), "-o", str(out), "--no-profile", "-q"]) == 0
+    (out / "notes.txt").write_text("mine")
+    (out / "sub").mkdir()
+    (out / "sub" / "data.bin").write_bytes(b"\x00\x01")
+    capsys.readouterr()
+    assert main(["compile", str(model), "-o", str(out), "--no-profile", "-q"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "notes.txt" in error[0] and "sub/data.bin" in error[0] and "--force" in error[0]
+    assert (out / "notes.txt").read_text() == "mine" and (out / "sub" / "data.bin").read_bytes() == b"\x00\x01"
+    assert (out / "manifest.json").is_file()
+    assert main(["compile", str(model), "-o", str(out), "--no-profile", "-q", "--force"]) == 0
+    assert not (out / "notes.txt").exists()
+
+
 @pytest.mark.parametrize("where", ["model file", "its folder", "parent", "dot"])
 def test_output_never_replaces_the_model_or_a_folder_holding_it(where: str, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch,
