@@ -26,6 +26,9 @@ def load_graph(path: str | Path, name: str | None = None,
         if not Path(path).is_file():
             raise ModelError(f"model file {path} not found")
         return import_onnx(path, shapes).graph
+    if shapes:
+        raise ModelError(f"input shapes ({', '.join(shapes)}) are given for an ONNX model's dynamic inputs; {path}"
+                         f" is a Python model, whose graph states its own shapes")
     graphs = _graphs_in(_run_module(Path(path)))
     if not graphs:
         raise ModelError(f"{path} defines no graph: add a module-level ts.Graph or a function build() returning one")

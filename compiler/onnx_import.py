@@ -60,6 +60,11 @@ def import_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None,
     stem = Path(model).stem if isinstance(model, (str, Path)) else proto.graph.name or "onnx_model"
     imported = ImportedModel(Graph(identifier(name or stem)))
     values: dict[str, Any] = {init.name: numpy_helper.to_array(init) for init in proto.graph.initializer}
+    arguments = [value_info.name for value_info in proto.graph.input if value_info.name not in values]
+    unknown = sorted(set(shapes or {}) - set(arguments))
+    if unknown:
+        raise OnnxImportError(f"shapes given for {unknown}, which the model has no input of; its inputs are"
+                              f" {arguments}")
     for value_info in proto.graph.input:
         if value_info.name not in values:
             values[value_info.name] = _argument(imported, value_info, shapes or {})

@@ -222,6 +222,13 @@ def test_output_replaces_its_own_folder_and_fills_an_empty_one(tmp_path: Path) -
     assert (empty / "manifest.json").is_file()
 
 
+def test_shape_on_a_python_model_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = _rmsnorm_model(tmp_path / "project")
+    assert main(["compile", str(model), "-o", str(tmp_path / "out"), "--shape", "x=1,16", "-q"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "Python model" in error[0] and not (tmp_path / "out").exists()
+
+
 def test_output_keeps_files_the_user_added_to_its_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A folder tensorsmith wrote, to which the user added notes.txt and sub/data.bin: recompiling there is refused,
     naming them, and deletes nothing; with --force it replaces the folder."""

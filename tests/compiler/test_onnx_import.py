@@ -114,6 +114,8 @@ def test_a_dynamic_input_needs_its_shape_given() -> None:
     with pytest.raises(OnnxImportError, match="dynamic shape.*--shape x="):
         import_onnx(model)
     assert import_onnx(model, shapes={"x": (3, 8)}).graph.inputs["x"].shape == (3, 8)
+    with pytest.raises(OnnxImportError, match=r"shapes given for \['foo'\].*inputs are \['x'\]"):
+        import_onnx(model, shapes={"x": (3, 8), "foo": (1, 16)})
 
 
 def test_compile_takes_an_onnx_file_and_refuses_a_broken_one(tmp_path: Path) -> None:
