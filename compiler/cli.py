@@ -234,10 +234,14 @@ def _read_inputs(path: str) -> dict:
 def run_program(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from tensorsmith.codegen.runtime import gpu_available
     from tensorsmith.ir.interpreter import evaluate
     from tensorsmith.search.verify import compare, random_inputs
 
     from .program import load
+    if args.device == "cuda" and not gpu_available():
+        raise InputError("--device cuda: no NVIDIA GPU was found on this machine (no driver or no device); run"
+                         " with --device cpu, or without --device to use the GPU where there is one")
     program = load(args.folder)
     inputs = _read_inputs(args.inputs) if args.inputs else random_inputs(program.graph, args.seed)
     outputs = program(device=args.device, **inputs)

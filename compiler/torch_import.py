@@ -83,7 +83,10 @@ def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = 
 
 def exported_aten(module: Any, example_inputs: Sequence[Any]) -> Any:
     """`module` through torch.export and the core ATen decomposition (an ExportedProgram), or one clear error."""
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise TorchImportError("importing a PyTorch module needs PyTorch: pip install torch") from None
     try:
         return torch.export.export(module, tuple(example_inputs)).run_decompositions()
     except Exception as err:   # torch raises many kinds; the user needs its message, in one line

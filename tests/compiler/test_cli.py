@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tensorsmith.codegen.runtime import gpu_available
+
 from tensorsmith.cli import compile_main, main
 
 ROOT = Path(__file__).parents[2]
@@ -320,6 +322,15 @@ def test_run_with_missing_inputs_is_the_users_mistake(tmp_path: Path, capsys: py
     assert main(["run", str(tmp_path / "out"), "--inputs", str(tmp_path / "missing.npz"), "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--inputs" in err[0] and "missing.npz" in err[0]
+
+
+@pytest.mark.skipif(gpu_available(), reason="asking for a GPU that is missing needs a machine without one")
+def test_run_on_cuda_without_a_gpu_is_the_users_mistake(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = _rmsnorm_model(tmp_path / "project")
+    assert main(["compile", str(model), "-o", str(tmp_path / "out"), "--no-profile", "-q"]) == 0
+    assert main(["run", str(tmp_path / "out"), "--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--device cuda" in err[0] and "--device cpu" in err[0]
 
 
 def test_a_program_called_with_an_unnamed_array_says_to_name_it() -> None:

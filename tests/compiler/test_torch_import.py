@@ -251,3 +251,9 @@ def test_bert_with_its_attention_mask_and_pooler_matches_eager() -> None:
         reference = model(ids, mask)
     assert _relative(hidden, reference.last_hidden_state) < 1e-5
     assert _relative(pooled, reference.pooler_output) < 1e-5
+
+
+def test_without_torch_the_import_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)     # `import torch` now raises ImportError
+    with pytest.raises(TorchImportError, match="pip install torch"):
+        import_torch(object(), ())
