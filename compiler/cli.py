@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import tempfile
 import traceback
@@ -13,6 +14,7 @@ from tensorsmith.bench.command import add_arguments as add_bench_arguments
 from tensorsmith.bench.command import run_bench
 from tensorsmith.ir.errors import InputError, OutputError, TensorsmithError
 from tensorsmith.ir.targets import TARGETS
+from tensorsmith.rewrites.saturate import EGGLOG_LOGGER
 
 from .progress import Progress
 
@@ -112,7 +114,10 @@ def compile_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _guarded(args: argparse.Namespace, command) -> int:
-    """Run `command`; any error becomes one line on stderr (a traceback only with --debug)."""
+    """Run `command`; any error becomes one line on stderr (a traceback only with --debug, which also lets the
+    e-graph library's own records through)."""
+    if getattr(args, "debug", False):
+        EGGLOG_LOGGER.setLevel(logging.NOTSET)
     try:
         return command(args)
     except TensorsmithError as err:

@@ -46,6 +46,11 @@ DEFAULT_TIME_LIMIT_S = 10.0
 MIN_MATCH_LIMIT = 1000
 
 log = logging.getLogger(__name__)
+# egglog logs each command it runs at INFO: hundreds of records per compile, which would bury tensorsmith's own
+# progress for a user who turns INFO on. They are kept for WARNING and above; `--debug` shows them all.
+EGGLOG_LOGGER = logging.getLogger("egglog")
+if EGGLOG_LOGGER.level == logging.NOTSET:
+    EGGLOG_LOGGER.setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)

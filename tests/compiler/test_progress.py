@@ -24,6 +24,15 @@ def test_compile_logs_each_stage_and_the_search_where_stderr_is_no_terminal(capl
     assert any(m.startswith("views: search: ") and "candidates tried" in m for m in messages)
 
 
+def test_info_logging_shows_tensorsmith_without_the_e_graph_librarys_records(caplog) -> None:
+    """`logging.basicConfig(level=logging.INFO)`, as the README suggests: egglog logs every command it runs at INFO,
+    hundreds per compile, and none of them reach the user's handlers."""
+    caplog.set_level(logging.INFO)
+    ts.compile(CASES["norms"](), profile=False, cache=False)
+    names = {record.name for record in caplog.records}
+    assert "tensorsmith" in names and not any(name.startswith("egglog") for name in names)
+
+
 def test_compile_draws_a_progress_line_on_a_terminal(monkeypatch) -> None:
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
