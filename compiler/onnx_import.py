@@ -18,7 +18,7 @@ import numpy as np
 
 from tensorsmith.ir import nn
 from tensorsmith.ir.dtypes import DType
-from tensorsmith.ir.errors import located, user_location
+from tensorsmith.ir.errors import located
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
@@ -70,16 +70,17 @@ def import_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None,
             values[value_info.name] = _argument(imported, value_info, shapes or {})
     known = _Known(imported, {id(values[init.name]): init.name for init in proto.graph.initializer})
     unsupported: dict[str, str] = {}
-    caller = user_location()
-    for node in proto.graph.node:
-        with located(caller, _snake(node.op_type)):
+    model_file = Path(model).name if isinstance(model, (str, Path)) else f"{stem}.onnx"
+    for number, node in enumerate(proto.graph.node):
+        # kernels and errors name the ONNX node, in the model file: what a user can find in Netron or onnx.helper
+        with located(f"{model_file}:{node.name or f'{node.op_type} node {number}'}", _snake(node.op_type)):
             outputs = _node_values(node, values, known, unsupported)
         values.update(zip(node.output, outputs))
     if unsupported:
         listed = "; ".join(f"{op} (node {where})" for op, where in unsupported.items())
         raise OnnxImportError(f"the ONNX model uses ops tensorsmith cannot lower yet: {listed}")
-    for output in proto.graph.output:
-        out = identifier(output.name) if len(proto.graph.output) > 1 else "y"
+    for output in proto.graph.output:     # named as the model names them (as C identifiers)
+        out = identifier(output.name)
         imported.graph.output(out, known.tensor(values[output.name], f"output {output.name}"))
         imported.outputs.append(out)
     return imported

@@ -210,3 +210,16 @@ def test_bert_with_its_attention_mask_exported_by_torch_matches_eager(tmp_path: 
         reference = model(ids, mask)
     assert _relative(hidden, reference.last_hidden_state.numpy()) < 1e-5
     assert _relative(pooled, reference.pooler_output.numpy()) < 1e-5
+
+
+def test_an_output_keeps_its_name_and_nodes_name_their_onnx_node(tmp_path: Path) -> None:
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="proj"), helper.make_node("Relu", ["h"], ["logits"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [4, 3])],
+                   {"w": RNG.standard_normal((8, 3)).astype(np.float32)})
+    path = tmp_path / "tiny.onnx"
+    onnx.save(model, str(path))
+    graph = import_onnx(path).graph
+    assert list(graph.outputs) == ["logits"]
+    wheres = {node.where for node in graph.nodes() if node.where}
+    assert "tiny.onnx:proj" in wheres and "tiny.onnx:Relu node 1" in wheres
