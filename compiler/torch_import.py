@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tensorsmith.ir import nn
@@ -215,9 +218,15 @@ def _api(target: Any) -> str:
 
 
 def where_of(node: Any) -> str:
-    """The module's `file:line` that made this node: the innermost frame of torch.export's stack trace."""
+    """The module's `file:line` that made this node: the innermost frame of torch.export's stack trace outside torch
+    itself (the user's `forward`, or a library model's file, not `torch/nn/modules/linear.py`)."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
-    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else f"<exported node {node.name}>"
+    if not frames:
+        return f"<exported node {node.name}>"
+    torch_dir = str(Path(sys.modules["torch"].__file__).parent) + os.sep if "torch" in sys.modules else None
+    own = [frame for frame in frames if torch_dir is None or not frame[0].startswith(torch_dir)]
+    file, line = (own or frames)[-1]
+    return f"{file}:{line}"
 
 
 # -- the lowerings: each takes the ATen node (for its shapes) and the node's arguments ------------------------------

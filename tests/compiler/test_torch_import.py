@@ -62,6 +62,16 @@ def test_each_node_keeps_the_line_of_the_module_that_made_it() -> None:
     assert any(where.endswith(".py:" + str(Block.forward.__code__.co_firstlineno + 4)) for where in lines)
 
 
+def test_nodes_name_the_users_forward_not_torchs_modules() -> None:
+    """Each node's line is in the user's own code: nn.Linear's matmul is the line of `self.qkv(...)` in Block, not
+    torch/nn/modules/linear.py."""
+    imported = import_torch(Block().eval(), (torch.randn(1, 8, 64),))
+    torch_dir = str(__import__("pathlib").Path(torch.__file__).parent)
+    wheres = [node.where for node in imported.graph.nodes() if node.where]
+    assert wheres and not any(where.startswith(torch_dir) for where in wheres)
+    assert all(where.startswith(__file__) for where in wheres if not where.startswith("<"))
+
+
 class Exact(torch.nn.Module):
     """Exact GELU (erf), an embedding lookup, a concatenation, a clamp and a power."""
 
