@@ -79,24 +79,42 @@ class ImportedProgram:
     def graph(self) -> Graph:
         return self.imported.graph
 
-    def __call__(self, *args: Any) -> Any:
-        if len(args) != len(self.imported.arguments):
-            raise ModelImportError(f"this program takes {len(self.imported.arguments)} arguments, as the model was"
-                                   f" imported with ({', '.join(self.imported.arguments)}); got {len(args)}")
+    def __call__(self, *args: Any, device: str | None = None, **named: Any) -> Any:
+        """The model's outputs for its arguments, given in order or by the names its `forward` (or the ONNX graph)
+        gives them; `device` as `Program.__call__` takes it ("cpu" runs the kernels' program in numpy)."""
+        args = self._arguments(args, named)
         torch = _torch_if_used(args)
         on_gpu = torch is not None and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+        if on_gpu and device == "cpu":
+            raise ModelImportError("device='cpu' with arguments on the GPU: move them to the CPU first")
         if on_gpu not in self._bound:   # weights moved to the device (or to numpy) once, not on every call
             self._bound[on_gpu] = {name: _as_input(value, self.imported.graph.inputs[name].dtype, on_gpu)
                                    for name, value in self.imported.bound.items()}
         inputs = {name: _as_input(value, self.imported.graph.inputs[name].dtype, on_gpu)
                   for name, value in zip(self.imported.arguments, args)}
-        outputs = self.program(**inputs, **self._bound[on_gpu])
+        outputs = self.program(**inputs, **self._bound[on_gpu], device=device)
         results = [outputs[name] for name in self.imported.outputs]
         if torch is not None:
             device = next(a.device for a in args if isinstance(a, torch.Tensor))
             results = [r if isinstance(r, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(r)).to(device)
                        for r in results]
         return results[0] if len(results) == 1 else tuple(results)
+
+
+    def _arguments(self, args: tuple[Any, ...], named: dict[str, Any]) -> tuple[Any, ...]:
+        """The arguments in the model's order, from those given in order and by name; or one error naming them."""
+        names = self.imported.arguments
+        unknown = [name for name in named if name not in names]
+        given = dict(zip(names, args))
+        twice = [name for name in named if name in given]
+        missing = [name for name in names[len(args):] if name not in named]
+        if len(args) > len(names) or unknown or twice or missing:
+            problems = [f"{len(args)} given in order" if len(args) > len(names) else "",
+                        f"unknown {unknown}" if unknown else "", f"given twice {twice}" if twice else "",
+                        f"missing {missing}" if missing else ""]
+            raise ModelImportError(f"this program takes the arguments ({', '.join(names)}), as the model was imported"
+                                   f" with: {'; '.join(p for p in problems if p)}")
+        return tuple({**given, **named}[name] for name in names)
 
 
 def _torch_if_used(args: tuple[Any, ...]) -> Any:

@@ -92,6 +92,10 @@ def test_exact_gelu_embedding_concatenation_clamp_and_power() -> None:
     ids, x = torch.randint(0, 50, (3, 5)), torch.randn(3, 5, 8)
     with torch.no_grad():
         assert _relative(program(ids, x), module(ids, x)) < 1e-6
+    assert torch.equal(program(x=x, ids=ids), program(ids, x)) and torch.equal(program(ids, x=x, device="cpu"),
+                                                                                program(ids, x))
+    with pytest.raises(TensorsmithError, match=r"\(ids, x\).*unknown \['y'\]; missing \['x'\]"):
+        program(ids, y=x)
 
 
 def test_fixed_and_tensor_indexing_match_eager() -> None:
