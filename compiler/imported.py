@@ -94,10 +94,11 @@ class ImportedProgram:
                   for name, value in zip(self.imported.arguments, args)}
         outputs = self.program(**inputs, **self._bound[on_gpu], device=device)
         results = [outputs[name] for name in self.imported.outputs]
-        if torch is not None:
+        if torch is not None:   # in the model's dtypes (bfloat16 comes back from numpy as float32)
             device = next(a.device for a in args if isinstance(a, torch.Tensor))
-            results = [r if isinstance(r, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(r)).to(device)
-                       for r in results]
+            dtypes = [getattr(torch, self.imported.graph.outputs[name].dtype.value) for name in self.imported.outputs]
+            results = [(r if isinstance(r, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(r)))
+                       .to(device=device, dtype=dtype) for r, dtype in zip(results, dtypes)]
         return results[0] if len(results) == 1 else tuple(results)
 
 

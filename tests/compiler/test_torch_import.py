@@ -271,3 +271,12 @@ def test_without_torch_the_import_says_how_to_install_it(monkeypatch: pytest.Mon
     monkeypatch.setitem(__import__("sys").modules, "torch", None)     # `import torch` now raises ImportError
     with pytest.raises(TorchImportError, match="pip install torch"):
         import_torch(object(), ())
+
+
+def test_a_bfloat16_model_returns_bfloat16_tensors() -> None:
+    module = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.GELU()).to(torch.bfloat16).eval()
+    x = torch.randn(4, 32, dtype=torch.bfloat16)
+    program = from_torch(module, (x,), profile=False, **QUICK)
+    with torch.no_grad():
+        out, ref = program(x, device="cpu"), module(x)
+    assert out.dtype == torch.bfloat16 and _relative(out, ref) < 2e-2
