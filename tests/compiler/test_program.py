@@ -40,11 +40,12 @@ def test_save_writes_kernels_cubins_and_program_json(tmp_path: Path) -> None:
 
 
 def test_save_replaces_an_older_folder_whole(tmp_path: Path) -> None:
+    older = ts.compile(CASES["norms"](), profile=False)
+    older.save(tmp_path / "out")                        # a folder tensorsmith wrote (it has the manifest)
     program = ts.compile(CASES["views"](), profile=False)
-    program.save(tmp_path / "out")                      # a folder tensorsmith wrote (it has the manifest)
-    (tmp_path / "out" / "kernels" / "stale.cu").write_text("old")
     program.save(tmp_path / "out")
-    assert not (tmp_path / "out" / "kernels" / "stale.cu").exists()
+    kept = {str(file.relative_to(tmp_path / "out")) for file in (tmp_path / "out" / "kernels").iterdir()}
+    assert kept == {f"kernels/{kernel.file_stem}{suffix}" for kernel in program.kernels for suffix in (".cu", ".cubin")}
 
 
 def test_load_reads_back_what_save_wrote(tmp_path: Path) -> None:
