@@ -223,7 +223,8 @@ def where_of(node: Any) -> str:
     frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
     if not frames:
         return f"<exported node {node.name}>"
-    torch_dir = str(Path(sys.modules["torch"].__file__).parent) + os.sep if "torch" in sys.modules else None
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    torch_dir = str(Path(torch_file).parent) + os.sep if torch_file else None
     own = [frame for frame in frames if torch_dir is None or not frame[0].startswith(torch_dir)]
     file, line = (own or frames)[-1]
     return f"{file}:{line}"
