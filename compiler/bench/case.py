@@ -12,6 +12,7 @@ from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import Op
+from tensorsmith.ir.patterns import lookup_reads, match_gather
 from tensorsmith.search.verify import weight_scales
 
 SUITE_PACKAGE = "tensorsmith.suite"    # benchmarks/models/, installed with tensorsmith
@@ -65,16 +66,18 @@ class Case:
         return weight_scales(self.graph)      # a walk of the whole graph: once per case, not once per input
 
     def bytes_moved(self) -> int:
-        """The fewest bytes any program must move: every input read once, every output written once."""
-        nodes = [*self.graph.inputs.values(), *self.graph.outputs.values()]
-        return sum(node.size * node.dtype.itemsize for node in nodes)
+        """The fewest bytes any program must move: every input read once (of a table only looked up in, the rows
+        its lookups read), every output written once."""
+        tables = lookup_reads(list(self.graph.outputs.values()))
+        inputs = sum(tables.get(name, node.size) * node.dtype.itemsize for name, node in self.graph.inputs.items())
+        return inputs + sum(node.size * node.dtype.itemsize for node in self.graph.outputs.values())
 
     def matmul_flops(self) -> float:
         """Floating-point operations of the graph's contractions (2 per multiply-add of a sum over products)."""
         if self.flops is not None:
             return self.flops
         return float(sum(2 * node.srcs[0].size for node in toposort(self.graph.outputs.values())
-                         if node.op == Op.SUM and _is_product_of_broadcasts(node.srcs[0])))
+                         if _is_contraction(node)))
 
     def floor_s(self, copy_bytes_per_s: float, matmul_flops_per_s: float) -> float:
         """The larger of the bytes at the copy rate and the FLOPs at the matmul rate: no program runs much faster."""
@@ -116,16 +119,17 @@ def _check_family(name: str, family: str) -> None:
         raise CaseError(f"case {name!r}: family {family!r} is not one of {', '.join(FAMILIES)}")
 
 
-def _is_product_of_broadcasts(node: Node) -> bool:
+def _is_contraction(node: Node) -> bool:
     """sum(expand(a) * expand(b)) is a contraction (a matmul, attention's scores, a batched product); sum(x * x)
-    is not."""
-    return node.op == Op.MUL and any(src.op == Op.EXPAND for src in node.srcs)
+    is not, nor is a lookup (a one-hot sum reads one row)."""
+    return (node.op == Op.SUM and node.srcs[0].op == Op.MUL and any(src.op == Op.EXPAND for src in node.srcs[0].srcs)
+            and match_gather(node) is None)
 
 
 def half_precision_contractions(graph: Graph) -> bool:
     """Whether the graph multiplies float16 or bfloat16 matrices: products a baseline should run on tensor cores."""
-    return any(node.op == Op.SUM and _is_product_of_broadcasts(node.srcs[0]) and node.srcs[0].dtype.itemsize == 2
-               and node.srcs[0].dtype.is_float for node in toposort(graph.outputs.values()))
+    return any(_is_contraction(node) and node.srcs[0].dtype.itemsize == 2 and node.srcs[0].dtype.is_float
+               for node in toposort(graph.outputs.values()))
 
 
 def causal_attention_flops(batch: int, heads: int, tokens: int, head_dim: int) -> float:

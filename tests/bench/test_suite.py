@@ -27,6 +27,14 @@ def test_the_suite_covers_every_family_the_issue_lists() -> None:
     assert {c.graph.inputs["w"].dtype.value for c in matmuls} == {"float16", "bfloat16"}
 
 
+def test_a_lookups_floor_counts_the_rows_it_reads_and_no_contraction() -> None:
+    g = ts.Graph("lookup")
+    g.output("y", nn.embedding(g.input("table", (50257, 768), "float16"), g.input("ids", (512,), "int32")))
+    case = Case(g, reference=lambda table, ids: table[ids], family="model")
+    assert case.matmul_flops() == 0
+    assert case.bytes_moved() == 2 * 512 * 768 + 4 * 512 + 2 * 512 * 768    # rows read, ids, output
+
+
 def test_weights_are_in_pytorch_layout_and_drawn_at_fan_in_scale() -> None:
     case = next(c for c in CASES if c.name == "matmul_16x11008x4096_fp16")
     assert case.graph.inputs["w"].shape == (11008, 4096)          # (out, in), as nn.Linear holds it
