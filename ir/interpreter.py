@@ -19,7 +19,7 @@ from .errors import InputError
 from .graph import Graph
 from .node import Node, toposort
 from .ops import VIEWS, Op
-from .patterns import GatherMatch, MatmulMatch, lookup_ids, match_gather, match_matmul
+from .patterns import GatherMatch, MatmulMatch, lookup_ids, lookup_reads, match_gather, match_matmul
 from .streaming import (STREAM_ELEMENTS, Region, Stream, blocks, full_region, pad_widths, reduced_region,
                         region_shape, region_slices, streams, view_source_region)
 
@@ -173,7 +173,9 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
                 value = leaf.astype(np.float32) if registers and leaf.dtype == np.float64 else leaf
             elif id(node) in plan.lookups:
                 lookup = plan.lookups[id(node)]
-                value = _kept(node, looked_up(lookup, values[id(lookup.values)], values[id(lookup.ids)]))
+                rows = looked_up(lookup, values[id(lookup.values)], values[id(lookup.ids)])
+                value = _kept(node, rows.astype(np.float32 if registers else np.float64, copy=False)
+                              if rows.dtype.kind == "f" else rows)
             elif id(node) in plan.matmuls:
                 match = plan.matmuls[id(node)]
                 lhs, rhs = matmul_operands(match, values[id(match.lhs.srcs[0])], values[id(match.rhs.srcs[0])])
@@ -329,7 +331,9 @@ def _readers(plan: Plan, roots: list[Node]) -> dict[int, int]:
 
 
 def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.ndarray]:
-    """The inputs as host arrays of the reference's dtypes, or an InputError naming what is wrong."""
+    """The inputs as host arrays of the reference's dtypes (a table only looked up in keeps its own: its rows are
+    widened as they are read, not a vocabulary's worth of them), or an InputError naming what is wrong."""
+    tables = _graph_lookup_reads(graph)
     missing = [name for name in graph.inputs if name not in inputs]
     extra = [name for name in inputs if name not in graph.inputs]
     if missing or extra:
@@ -342,7 +346,7 @@ def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.nda
             raise InputError(f"input {name!r} of graph {graph.name!r}: expected shape {node.shape}, got {value.shape}")
         if node.dtype.is_float != (value.dtype.kind == "f") or (node.dtype == DType.BOOL) != (value.dtype == bool):
             raise InputError(f"input {name!r} of graph {graph.name!r}: expected {node.dtype}, got {value.dtype}")
-        arrays[name] = value.astype(_host_dtype(node.dtype))
+        arrays[name] = value if name in tables and value.dtype.kind == "f" else value.astype(_host_dtype(node.dtype))
     for name, rows in graph_lookup_ids(graph).items():
         ids = arrays[name]
         outside = (ids < 0) | (ids >= rows)
@@ -361,6 +365,15 @@ def graph_lookup_ids(graph: Graph) -> dict[str, int]:
 @lru_cache(maxsize=64)
 def _lookup_ids(roots: tuple[Node, ...]) -> dict[str, int]:   # once per graph's outputs: every call checks its ids
     return lookup_ids(list(roots))
+
+
+def _graph_lookup_reads(graph: Graph) -> dict[str, int]:
+    return _lookup_reads(tuple(graph.outputs.values()))
+
+
+@lru_cache(maxsize=64)
+def _lookup_reads(roots: tuple[Node, ...]) -> dict[str, int]:
+    return lookup_reads(list(roots))
 
 
 def to_numpy(value: Any) -> Any:

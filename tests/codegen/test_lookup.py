@@ -9,7 +9,7 @@ import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.codegen.render import render_kernel
 from tensorsmith.ir.errors import DTypeError, InputError
-from tensorsmith.ir.interpreter import evaluate_nodes
+from tensorsmith.ir.interpreter import check_inputs, evaluate_nodes
 from tensorsmith.ir.node import toposort
 from tensorsmith.ir.patterns import lookup_ids, lookup_reads, match_gather, match_matmul
 from tensorsmith.ir.targets import TARGETS
@@ -79,6 +79,14 @@ def test_a_lookup_is_as_exact_as_its_one_hot_sum_and_out_of_range_ids_give_zeros
     hot = (ids[..., None] == np.arange(50)).astype(np.float64)
     assert np.array_equal(out, hot @ table.astype(np.float64))
     assert not out[ids == 50].any() and not out[ids == -1].any()
+
+
+def test_a_table_only_looked_up_in_is_not_widened_whole() -> None:
+    graph = _embedding(vocab=1000)
+    inputs = random_inputs(graph, seed=0)
+    assert check_inputs(graph, inputs)["table"].dtype == np.float16      # its rows are widened as they are read
+    out = ts.evaluate(graph, inputs)["y"]
+    assert out.dtype == np.float64 and np.array_equal(out, inputs["table"][inputs["ids"]].astype(np.float64))
 
 
 def test_an_out_of_range_id_is_an_input_error_naming_it() -> None:
