@@ -308,7 +308,7 @@ def _gather(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     data, indices = inputs
     axis = attrs.get("axis", 0)
     if isinstance(indices, Tensor):     # computed (or input) indices: a lookup
-        return nn.take(context.tensor(data), indices, axis)
+        return nn.take(context.tensor(data), indices, axis, wrap=True)   # ONNX counts a negative id from the end
     x, picked = context.tensor(data), np.asarray(indices)
     axis %= x.ndim
     rows = []
@@ -327,7 +327,7 @@ def _gather_nd(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
         raise OnnxImportError(f"GatherND node {context.node.name!r}: batch_dims {attrs['batch_dims']}; only 0 is"
                               f" supported")
     parts = [indices[..., k] for k in range(indices.shape[-1])]
-    return nn.index(data, parts, 0)
+    return nn.index(data, parts, 0, wrap=True)
 
 
 def _reduce(reduce: Callable[[Tensor, int], Tensor]) -> Callable[..., Tensor]:

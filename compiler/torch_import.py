@@ -281,14 +281,14 @@ def _select(node: Any, x: Tensor, dim: int, index: int) -> Tensor:
 
 def _index(node: Any, x: Tensor, indices: Sequence[Any]) -> Tensor:
     """x[..., i, j, ...] with integer tensors of ids on consecutive axes (the others taken whole), as PyTorch's
-    advanced indexing does it (`nn.index`)."""
+    advanced indexing does it (`nn.index`; negative ids count from the end)."""
     given = [(axis, ids) for axis, ids in enumerate(indices) if ids is not None]
     axes = [axis for axis, _ in given]
     if any(ids.dtype != DType.INT32 for _, ids in given) or axes != list(range(axes[0], axes[0] + len(axes))):
         kinds = ", ".join(f"{ids.dtype} ids on axis {axis}" for axis, ids in given)
         raise TorchImportError(f"aten.index.Tensor with {kinds}: only integer ids on consecutive axes are supported;"
                                f" boolean masks and ids on axes apart are not yet")
-    return nn.index(x, [ids for _, ids in given], axes[0])
+    return nn.index(x, [ids for _, ids in given], axes[0], wrap=True)   # x[-1] is the last row, as in PyTorch
 
 
 def _split(node: Any, x: Tensor, sizes: Sequence[int], dim: int = 0) -> list[Tensor]:

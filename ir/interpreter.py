@@ -119,7 +119,7 @@ class Plan:
 
 def evaluation_plan(roots: Iterable[Node], stream: bool = True) -> Plan:
     order = toposort(list(roots))
-    lookups = {id(n): lookup for n in order if (lookup := match_gather(n)) is not None}
+    lookups = {id(n): lookup for n in order if (lookup := match_gather(n)) is not None and _broadcast_table(lookup)}
     matmuls = {id(n): m for n in order if id(n) not in lookups and (m := match_matmul(n)) is not None}
     plan = Plan(order, matmuls, streams(order, set(matmuls) | set(lookups)) if stream else {}, set(), lookups)
     stack = list(roots)
@@ -287,6 +287,16 @@ class _Blocks:
         if node.op == Op.RESHAPE:
             return value.reshape(region_shape(region))
         return value   # SLICE: the source's region is the slice
+
+
+def _broadcast_table(lookup: GatherMatch) -> bool:
+    """Whether a lookup's values are a broadcast of something smaller than its product (a table, expanded along the
+    ids' axes), which `looked_up` reads rows of; values computed at the product's size are summed as any sum is (in
+    blocks, streaming.py), not made whole."""
+    source = lookup.values
+    while source.op in VIEWS:
+        source = source.srcs[0]
+    return source.size < lookup.reduce.srcs[0].size
 
 
 def looked_up(lookup: GatherMatch, table: np.ndarray, ids: np.ndarray) -> np.ndarray:

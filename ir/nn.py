@@ -202,13 +202,15 @@ def embedding(weight: Tensor, ids: Tensor) -> Tensor:
     return take(weight, ids, 0)
 
 
-def take(x: Tensor, ids: Tensor, axis: int = 0) -> Tensor:
+def take(x: Tensor, ids: Tensor, axis: int = 0, wrap: bool = False) -> Tensor:
     """x's slices at `ids` (int32) along `axis`, shaped x.shape[:axis] + ids.shape + x.shape[axis + 1:], as numpy's
     `take` and PyTorch's `index_select` (1-D ids) give them.
 
     Written as a one-hot sum, sum over r of (r == ids) * x[..., r, ...]: exact, the form the e-graph's rules and
     Z3 reason about; codegen reads the one slice it selects (`ir.patterns.match_gather`). A call with an id outside
     [0, n) is refused (InputError) where the ids are an input, as PyTorch refuses it; a computed id there gives zeros.
+    With `wrap`, an id in [-n, 0) counts from the end, as numpy's, PyTorch's advanced indexing and ONNX's Gather
+    count it (the ids are then computed, and not checked).
     """
     axis = normalize_axis(axis, x.ndim, "take", [x.node])
     if ids.dtype != DType.INT32:
@@ -216,6 +218,8 @@ def take(x: Tensor, ids: Tensor, axis: int = 0) -> Tensor:
     if x.dtype == DType.BOOL:      # a mask's entries, taken as numbers (a sum is no operation on bools)
         return take(x.cast(DType.INT32), ids, axis).cast(DType.BOOL)
     before, n, after = x.shape[:axis], x.shape[axis], x.shape[axis + 1:]
+    if wrap:
+        ids = where(ids < 0, ids + n, ids)
     space = before + ids.shape + (n,) + after       # the product's shape: the sum runs over its axis of n
     rows = len(before) + ids.ndim
     hot = equal(iota(ids.shape + (n,), ids.ndim), ids.reshape(ids.shape + (1,)).expand(ids.shape + (n,)))
@@ -224,17 +228,19 @@ def take(x: Tensor, ids: Tensor, axis: int = 0) -> Tensor:
     return (hot * table).sum(rows)
 
 
-def index(x: Tensor, ids: Sequence[Tensor], axis: int = 0) -> Tensor:
+def index(x: Tensor, ids: Sequence[Tensor], axis: int = 0, wrap: bool = False) -> Tensor:
     """x[..., i, j, ...]: integer tensors of ids for the consecutive axes from `axis`, broadcast together, whose
     axes become one of their broadcast shape (PyTorch's advanced indexing on adjacent axes, ONNX's GatherND): a
     `take` along those axes flattened into one, at the ids' row-major offsets (an id out of its own axis's range
-    but whose offset is in range reads another row)."""
+    but whose offset is in range reads another row). `wrap` as `take` has it, for each axis."""
     axis = normalize_axis(axis, x.ndim, "index", [x.node])
     sizes = x.shape[axis:axis + len(ids)]
     if not ids or len(sizes) != len(ids):
         raise ShapeError(f"index: {len(ids)} id tensors from axis {axis} of {x.shape} at {user_location()}")
     if len(ids) == 1:
-        return take(x, ids[0], axis)
+        return take(x, ids[0], axis, wrap)
+    if wrap:
+        ids = [where(part < 0, part + size, part) for part, size in zip(ids, sizes)]
     shape: tuple[int, ...] = ()
     for part in ids:
         shape = broadcast_shapes(shape, part.shape, "index")

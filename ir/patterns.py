@@ -86,7 +86,6 @@ ROW = "r"              # the summed axis's index in the symbolic product index
 SIGNS = (-1, 0, 1)     # r below, at and above ids: a selector is a function of this sign alone
 
 
-@lru_cache(maxsize=4096)
 def match_gather(node: Node) -> GatherMatch | None:
     """The lookup `node` computes, if it is sum(selector * values) with the selector r == ids, else None.
 
@@ -95,8 +94,11 @@ def match_gather(node: Node) -> GatherMatch | None:
     that keep each axis's index) of comparisons between the summed axis's iota and one integer value that does not
     vary along it, provided it is true exactly where they are equal.
     """
-    if node.op != Op.SUM or node.srcs[0].op != Op.MUL:
-        return None
+    return _gather(node) if node.op == Op.SUM and node.srcs[0].op == Op.MUL else None
+
+
+@lru_cache(maxsize=4096)
+def _gather(node: Node) -> GatherMatch | None:
     product = node.srcs[0]
     if product.shape[node.arg] < 2:
         return None
@@ -111,37 +113,53 @@ def match_gather(node: Node) -> GatherMatch | None:
     return None
 
 
+# The functions that index (tensorsmith's, and the importers' names for PyTorch's and ONNX's): ids given to them are
+# checked against their table when a program is called, as PyTorch checks them; a one-hot sum written by hand (a
+# loss with an ignored index of -100) is a sum, whose out-of-range ids select nothing.
+INDEXING_APIS = frozenset({"embedding", "take", "index", "index_select", "gather", "gather_nd"})
+WHOLE_VIEWS = (Op.RESHAPE, Op.EXPAND, Op.PERMUTE)   # views that keep every element of their source
+
+
 def lookup_ids(roots: list[Node]) -> dict[str, int]:
-    """The inputs that lookups under `roots` take their ids from (through views), each with the fewest rows such a
-    lookup selects from: an id outside [0, rows) selects none."""
+    """The inputs that indexing functions' lookups under `roots` take as their ids (through views that keep every
+    element), each with the fewest rows such a lookup selects from: an id outside [0, rows) selects none."""
     found: dict[str, int] = {}
     for node in toposort(roots):
-        lookup = match_gather(node) if node.op == Op.SUM else None
+        lookup = match_gather(node) if node.api in INDEXING_APIS else None
         source = lookup.ids if lookup is not None else None
-        while source is not None and source.op in VIEWS:
+        while source is not None and source.op in WHOLE_VIEWS:
             source = source.srcs[0]
         if lookup is not None and source is not None and source.op == Op.INPUT:
             found[source.arg] = min(found.get(source.arg, lookup.length), lookup.length)
     return found
 
 
+def lookup_table(lookup: GatherMatch) -> Node | None:
+    """The input a lookup reads rows of where its values are that input's elements (through views), else None: a
+    table computed first is computed whole."""
+    node = lookup.values
+    while node.op in VIEWS:
+        node = node.srcs[0]
+    return node if node.op == Op.INPUT else None
+
+
 def lookup_reads(roots: list[Node]) -> dict[str, int]:
     """The inputs under `roots` that are read only as lookup tables, each with the elements its lookups read (a
     row per id, at most the table)."""
     nodes = toposort(roots)
-    lookups = [found for node in nodes if node.op == Op.SUM and (found := match_gather(node)) is not None]
-    if not lookups:
+    lookups = [found for node in nodes if (found := match_gather(node)) is not None]
+    tables = [(found, table) for found in lookups if (table := lookup_table(found)) is not None]
+    if not tables:
         return {}
-    stops = {id(found.reduce) for found in lookups}
+    stops = {id(found.reduce) for found, _ in tables}
     elsewhere = {n.arg for n in toposort(roots, stops) if n.op == Op.INPUT}
-    for found in lookups:     # the selectors: what the ids are computed from is read as a whole
+    for found, _ in tables:     # the selectors: what the ids are computed from is read as a whole
         elsewhere |= {n.arg for src in found.reduce.srcs[0].srcs if src is not found.values
                       for n in toposort([src]) if n.op == Op.INPUT}
     reads: dict[str, int] = {}
-    for found in lookups:
-        for leaf in toposort([found.values]):
-            if leaf.op == Op.INPUT and leaf.arg not in elsewhere:
-                reads[leaf.arg] = min(leaf.size, reads.get(leaf.arg, 0) + found.reduce.size)
+    for found, table in tables:
+        if table.arg not in elsewhere:
+            reads[table.arg] = min(table.size, reads.get(table.arg, 0) + found.reduce.size)
     return reads
 
 

@@ -18,7 +18,7 @@ from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Buffer, Kernel, KernelProgram
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import COMPUTE, ELEMENTWISE, Op, REDUCE, VIEWS
-from tensorsmith.ir.patterns import match_matmul
+from tensorsmith.ir.patterns import match_gather, match_matmul
 
 Origins = dict[int, Node]  # id of a node in a kernel body -> the graph node it copies
 
@@ -126,10 +126,11 @@ def materialisable(graph: Graph) -> list[Node]:
     """The nodes that may get a buffer of their own, in graph order: compute ops and casts (views stay free, but
     for a view of a kernel's output that a matmul reads: see computed_operands).
 
-    A matmul's (..., M, K, N) product is never one: it exists only inside its sum.
+    A matmul's (..., M, K, N) product is never one, nor a lookup's: each exists only inside its sum.
     """
     nodes = graph.nodes()
     products = {id(match.reduce.srcs[0]) for node in nodes if (match := match_matmul(node)) is not None}
+    products |= {id(node.srcs[0]) for node in nodes if match_gather(node) is not None}   # a lookup's: one row read
     operand_views = {id(node) for node in computed_operands(graph) if node.op in VIEWS}
     return [node for node in nodes if (node.op in COMPUTE or node.op == Op.CAST or id(node) in operand_views)
             and id(node) not in products]

@@ -9,7 +9,7 @@ import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.codegen.render import render_kernel
 from tensorsmith.ir.errors import DTypeError, InputError
-from tensorsmith.ir.interpreter import check_inputs, evaluate_nodes
+from tensorsmith.ir.interpreter import check_inputs, evaluate_nodes, evaluation_plan
 from tensorsmith.ir.node import toposort
 from tensorsmith.ir.patterns import lookup_ids, lookup_reads, match_gather, match_matmul
 from tensorsmith.ir.targets import TARGETS
@@ -96,6 +96,43 @@ def test_an_out_of_range_id_is_an_input_error_naming_it() -> None:
     inputs["ids"][1, 5] = 100
     with pytest.raises(InputError, match=r"'ids'.*id 100 at \[1, 5\].*0 to 99"):
         ts.evaluate(graph, inputs)
+
+
+def test_a_one_hot_sum_written_by_hand_keeps_its_ignored_index() -> None:
+    """A loss with an ignored target (-100, PyTorch's ignore_index) is a sum whose out-of-range ids select nothing:
+    only the indexing functions' ids are refused out of range."""
+    g = ts.Graph("picked")
+    logits, targets = g.input("logits", (4, 10), "float32"), g.input("targets", (4,), "int32")
+    hot = equal(iota((4, 10), 1), targets.reshape((4, 1)).expand((4, 10))).cast("float32")
+    g.output("y", (hot * logits).sum(1))
+    assert match_gather(_sums(g)[0]) is not None and lookup_ids(list(g.outputs.values())) == {}
+    values = {"logits": np.arange(40, dtype=np.float32).reshape(4, 10), "targets": np.array([3, -100, 7, 1], np.int32)}
+    assert ts.evaluate(g, values)["y"].tolist() == [3.0, 0.0, 27.0, 31.0]
+
+
+def test_only_the_ids_a_lookup_reads_are_checked_and_a_computed_table_is_read_whole() -> None:
+    g = ts.Graph("sliced")
+    ids, table = g.input("ids", (8,), "int32"), g.input("table", (100, 16), "float16")
+    centred = table - table.mean(1, keepdim=True).expand((100, 16))
+    g.output("rows", nn.embedding(centred, ids[:4]))
+    g.output("scaled", ids[4:].cast("float32") * 2)
+    roots = list(g.outputs.values())
+    assert lookup_ids(roots) == {} and lookup_reads(roots) == {}     # a slice of the ids; a table computed whole
+    values = {"ids": np.array([0, 1, 2, 3, 500, 600, -7, 8], np.int32),
+              "table": np.random.default_rng(2).standard_normal((100, 16)).astype(np.float16)}
+    table64 = values["table"].astype(np.float64)
+    expected = (table64 - table64.mean(1, keepdims=True))[:4]
+    assert np.allclose(ts.evaluate(g, values)["rows"], expected, rtol=0, atol=1e-12)
+
+
+def test_values_computed_at_the_products_size_are_summed_in_blocks_not_made_whole() -> None:
+    g = ts.Graph("scaled_inside")
+    t, ids = g.input("t", (800, 64), "float32"), g.input("ids", (32,), "int32")
+    hot = equal(iota((32, 800), 1), ids.reshape((32, 1)).expand((32, 800))).cast("float32")
+    values = t.reshape((1, 800, 64)).expand((32, 800, 64)) * 2.0
+    g.output("y", (hot.reshape((32, 800, 1)).expand((32, 800, 64)) * values).sum(1))
+    assert match_gather(_sums(g)[0]) is not None
+    assert not evaluation_plan(list(g.outputs.values())).lookups
 
 
 def test_take_needs_integer_ids() -> None:

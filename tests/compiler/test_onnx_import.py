@@ -183,7 +183,7 @@ def test_gather_nd_and_gather_on_a_middle_axis_match_the_reference() -> None:
     model = _model(nodes, inputs, outputs, {})
     program = from_onnx(model, **QUICK)
     x = RNG.standard_normal((4, 5, 6)).astype(np.float32)
-    pairs, picks = np.array([[3, 4], [0, 0], [2, 1]]), np.array([[4, 0], [2, 2]])
+    pairs, picks = np.array([[3, 4], [0, -5], [-2, 1]]), np.array([[4, 0], [-1, 2]])   # negative: from the end
     ours = program(x, pairs, picks)
     theirs = ReferenceEvaluator(model).run(None, {"x": x, "pairs": pairs, "picks": picks})
     for a, b in zip(ours, theirs):

@@ -105,7 +105,8 @@ def test_fixed_and_tensor_indexing_match_eager() -> None:
         def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
             rows = ids % 3
             return (x[:, 0], x[..., -1], x.select(1, 2), torch.index_select(x, 2, ids), x[:, ids],
-                    torch.nn.functional.embedding(ids, x[0]), x[rows[:, None], ids[None, :]])
+                    torch.nn.functional.embedding(ids, x[0]), x[rows[:, None], ids[None, :]],
+                    x[rows - 3, ids - 7])      # negative ids count from the end, as in PyTorch
     module = Indexing()
     x, ids = torch.randn(3, 7, 9), torch.tensor([0, 6, 2, 2])
     program = from_torch(module, (x, ids), profile=False, **QUICK)
