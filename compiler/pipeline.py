@@ -326,6 +326,11 @@ def _compile(graph: Graph, options: CompileOptions, store: ProgramCache | None) 
         raise GraphError(f"graph {graph.name!r} has no outputs; register one with graph.output(name, tensor)")
     if not budget_s > 0:
         raise InputError(f"the search budget must be a positive number of seconds, got {budget_s!r}")
+    empty = next((node for node in graph.nodes() if 0 in node.shape), None)
+    if empty is not None:
+        raise GraphError(f"graph {graph.name!r} has an empty tensor: {empty.op} of shape {empty.shape} at"
+                         f" {empty.where or 'an unknown line'}; tensorsmith does not compile tensors with a size-0"
+                         f" axis yet (ts.evaluate computes such a graph)")
     if getattr(multiprocessing.current_process(), "_inheriting", False):   # a spawned worker importing __main__
         raise TensorsmithError("compile() was called while a tensorsmith worker process imported the main script;"
                                " call it under `if __name__ == '__main__':`")
