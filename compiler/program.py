@@ -14,7 +14,7 @@ import numpy as np
 from tensorsmith.codegen.runtime import gpu_available
 from tensorsmith.codegen.tensor_map import TensorMapSpec
 from tensorsmith.ir.dtypes import DType
-from tensorsmith.ir.errors import InputError, OutputError, TensorsmithError
+from tensorsmith.ir.errors import DTypeError, InputError, OutputError, TensorsmithError
 from tensorsmith.ir.interpreter import check_inputs
 from tensorsmith.ir.kernel_program import Buffer
 from tensorsmith.ir.serialize import (graph_from_data, graph_to_data, kernel_program_from_data,
@@ -25,6 +25,7 @@ from .device_call import DeviceCaller, is_device_array
 from .executor import run_on_gpu
 from .report import render_report
 
+FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
 MANIFEST = "manifest.json"   # sha256 of every other file; written last, so its presence means complete
 
 
@@ -59,6 +60,7 @@ class Program(CompiledProgram):
                 self._check_gpu_call(inputs, out)
                 raise
         device = device or ("cuda" if gpu_available() else "cpu")
+        self._check_float_dtypes(inputs)
         arrays: dict[str, np.ndarray] = {name: np.asarray(value, dtype=_host(self.buffers[name].dtype))
                                          for name, value in check_inputs(self.graph, inputs).items()}
         results: dict[str, np.ndarray]
@@ -70,6 +72,21 @@ class Program(CompiledProgram):
         else:
             raise InputError(f"unknown device {device!r}; use 'cuda' or 'cpu'")
         return _write_out(results, out or {})
+
+    def _check_float_dtypes(self, inputs: dict[str, object]) -> None:
+        """A DTypeError for a float array of another width than its input's: a float32 array to a float16 input
+        would be rounded without a word (PyTorch refuses such a call too). A bfloat16 input takes float32 arrays,
+        numpy having no bfloat16."""
+        for name, value in inputs.items():
+            given = str(getattr(value, "dtype", "")).removeprefix("torch.")     # numpy's or torch's name
+            expected = self.buffers[name].dtype if name in self.buffers else None
+            if expected is None or not expected.is_float or given not in FLOAT_NAMES or given == expected.value:
+                continue     # (an int or bool array where a float is expected: check_inputs says so)
+            if expected == DType.BFLOAT16 and given == "float32":
+                continue
+            raise DTypeError(f"input {name!r} of program {self.name!r} is {expected}; got {given} values: convert them"
+                             f" first (for numpy, .astype(np.{_host(expected).__name__})), as a program does not"
+                             f" round its inputs silently")
 
     def _check_gpu_call(self, inputs: dict[str, object], out: dict[str, Any] | None) -> None:
         """One clear InputError for a call on GPU arrays whose names or kinds do not fit the program."""

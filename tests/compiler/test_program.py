@@ -107,3 +107,16 @@ def test_profiling_without_a_gpu_is_a_clear_error() -> None:
     with pytest.raises(ts.TensorsmithError, match="needs an NVIDIA GPU"):
         ts.compile(CASES["views"](), profile=True)
 
+
+
+def test_a_float_array_of_another_width_is_refused_not_rounded() -> None:
+    """A float32 or float64 array given to a float16 input: a DTypeError saying how to convert it (PyTorch refuses
+    such a call too); float32 for a bfloat16 input is its host form, and is taken."""
+    g = ts.Graph("halves")
+    g.output("y", g.input("x", (4, 8), "float16") * 2 + g.input("b", (8,), "bfloat16").cast("float16"))
+    program = ts.compile(g, profile=False)
+    x, b = np.ones((4, 8), np.float16), np.ones(8, np.float32)
+    assert program(device="cpu", x=x, b=b)["y"].dtype == np.float16
+    for wrong in (np.float32, np.float64):
+        with pytest.raises(ts.DTypeError, match=r"'x'.*float16.*astype\(np.float16\)"):
+            program(device="cpu", x=x.astype(wrong), b=b)
