@@ -157,14 +157,18 @@ def _shapes(given: list[str]) -> dict[str, tuple[int, ...]]:
 
 
 def run_compile(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import numpy as np
+
     from tensorsmith.codegen.runtime import gpu_available
     from tensorsmith.ir.targets import get_target
 
-    from .model_loader import load_graph
+    from .model_loader import load_model
     from .pipeline import STAGES, compile
     get_target(args.target)                # an unknown target fails before any work
     output = _output_for(args.output, args.model, args.force)   # and so does an -o that would destroy something
-    graph = load_graph(args.model, args.graph, _shapes(args.shape))
+    graph, bound = load_model(args.model, args.graph, _shapes(args.shape))
     progress = Progress(len(STAGES), quiet=args.quiet)
     if not args.quiet and not args.no_profile and not gpu_available():
         print("note: no GPU found: kernels are ranked by the cost model and compiled to cubin, not timed",
@@ -175,6 +179,8 @@ def run_compile(args: argparse.Namespace) -> int:
                       cache=not args.no_cache, cache_dir=args.cache_dir, rewrites=not args.no_rewrites,
                       example_inputs=examples)
     progress.done()
+    if bound:     # an ONNX model's initializers, kept in the folder: `run` then needs only its real inputs
+        program = dataclasses.replace(program, bound={name: np.asarray(value) for name, value in bound.items()})
     folder = program.save(output, force=args.force)
     if not args.quiet:
         print(format_table(program.describe()))
@@ -248,7 +254,10 @@ def run_program(args: argparse.Namespace) -> int:
         raise InputError("--device cuda: no NVIDIA GPU was found on this machine (no driver or no device); run"
                          " with --device cpu, or without --device to use the GPU where there is one")
     program = load(args.folder)
-    inputs = _read_inputs(args.inputs) if args.inputs else random_inputs(program.graph, args.seed)
+    given = _read_inputs(args.inputs) if args.inputs else {}
+    drawn = random_inputs(program.graph, args.seed, only=[name for name in program.graph.inputs
+                                                          if name not in given and name not in program.bound])
+    inputs = {**program.bound, **drawn, **given}
     outputs = program(device=args.device, **inputs)
     for name, value in outputs.items():
         print(f"{name}: shape {tuple(value.shape)} {value.dtype}, mean {float(np.mean(value)):.6g}")

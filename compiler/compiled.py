@@ -49,6 +49,8 @@ class CompiledProgram:
     seed: int = 0
     compiler_version: str = ""
     report: dict[str, Any] = field(default_factory=dict)
+    # inputs bound to values at import (a model's weights), as host arrays: a call or `run` gives only the others
+    bound: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # what its runs on the GPU keep between calls (device buffers, workspaces, CUDA graphs): executor, device_call
     gpu_state: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 

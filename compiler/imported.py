@@ -2,6 +2,7 @@
 own tensors (weights, buffers, folded constants), and a program called as the model is, its arguments in order."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -101,6 +102,13 @@ class ImportedProgram:
                        .to(device=device, dtype=dtype) for r, dtype in zip(results, dtypes)]
         return results[0] if len(results) == 1 else tuple(results)
 
+
+    def save(self, path: Any, force: bool = False) -> Any:
+        """`Program.save`, with the model's bound tensors (its weights) kept in the folder: `ts.load(path)` gives a
+        Program called with the model's own arguments, by name."""
+        bound = {name: _as_input(value, self.imported.graph.inputs[name].dtype, False)
+                 for name, value in self.imported.bound.items()}
+        return dataclasses.replace(self.program, bound=bound).save(path, force)
 
     def _arguments(self, args: tuple[Any, ...], named: dict[str, Any]) -> tuple[Any, ...]:
         """The arguments in the model's order, from those given in order and by name; or one error naming them."""

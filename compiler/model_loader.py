@@ -7,6 +7,7 @@ import sys
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
@@ -16,6 +17,18 @@ from .onnx_import import import_onnx
 
 class ModelError(TensorsmithError):
     """A model file is missing, raises, or does not define exactly the graph asked for."""
+
+
+def load_model(path: str | Path, name: str | None = None,
+               shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[Graph, dict[str, Any]]:
+    """`load_graph`'s graph and the values its inputs are bound to: an ONNX model's initializers (none for a Python
+    model, whose inputs are all the caller's)."""
+    if Path(path).suffix == ".onnx":
+        if not Path(path).is_file():
+            raise ModelError(f"model file {path} not found")
+        imported = import_onnx(path, shapes)
+        return imported.graph, dict(imported.bound)
+    return load_graph(path, name, shapes), {}
 
 
 def load_graph(path: str | Path, name: str | None = None,

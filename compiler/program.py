@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -26,7 +27,8 @@ from .executor import run_on_gpu
 from .report import render_report
 
 FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
-MANIFEST = "manifest.json"   # sha256 of every other file; written last, so its presence means complete
+MANIFEST = "manifest.json"
+BOUND_FILE = "bound.npz"     # the inputs bound at import (an ONNX model's initializers, a module's weights)   # sha256 of every other file; written last, so its presence means complete
 
 
 class Program(CompiledProgram):
@@ -42,6 +44,7 @@ class Program(CompiledProgram):
         call returns without waiting for them, as the framework's own ops do; the outputs come back in the same
         framework. `out` maps output names to arrays to write instead (of the same kind as the inputs).
         """
+        inputs = {**self._bound_like(inputs), **inputs}
         if positional:
             raise InputError(f"program {self.name!r} takes its inputs by name: prog("
                              f"{', '.join(f'{name}=...' for name in self.inputs)})")
@@ -72,6 +75,23 @@ class Program(CompiledProgram):
         else:
             raise InputError(f"unknown device {device!r}; use 'cuda' or 'cpu'")
         return _write_out(results, out or {})
+
+    def _bound_like(self, inputs: dict[str, object]) -> dict[str, Any]:
+        """The bound inputs the call does not give, where the given ones are: on the host, or on the GPU as torch
+        tensors (uploaded once)."""
+        missing = [name for name in self.bound if name not in inputs]
+        if not missing:
+            return {}
+        sample: Any = next(iter(inputs.values()), None)
+        if sample is None or not is_device_array(sample) or not type(sample).__module__.startswith("torch"):
+            return {name: self.bound[name] for name in missing}
+        import torch     # the call's arrays are torch's: so are the bound ones, on their device
+        uploaded = self.gpu_state.setdefault("bound_on_device", {})
+        for name in missing:
+            if name not in uploaded:
+                dtype = getattr(torch, self.buffers[name].dtype.value)
+                uploaded[name] = torch.as_tensor(self.bound[name]).to(device=sample.device, dtype=dtype)
+        return {name: uploaded[name] for name in missing}
 
     def _check_float_dtypes(self, inputs: dict[str, object]) -> None:
         """A DTypeError for a float array of another width than its input's: a float32 array to a float16 input
@@ -137,6 +157,10 @@ class Program(CompiledProgram):
         doc = {"graph": graph_to_data(self.graph), "kernel_program": kernel_program_to_data(self.kernel_program)}
         files["graph.json"] = json.dumps(doc).encode()
         files["report.html"] = render_report(self).encode()
+        if self.bound:
+            stream = io.BytesIO()
+            np.savez(stream, **self.bound)
+            files[BOUND_FILE] = stream.getvalue()
         return files
 
 
@@ -157,13 +181,17 @@ def load(path: str | os.PathLike) -> Program:
                                   k.get("persistent", False))
                    for k in doc["kernels"]]
         extra = json.loads((folder / "graph.json").read_text())
+        bound: dict[str, Any] = {}
+        if (folder / BOUND_FILE).is_file():
+            with np.load(folder / BOUND_FILE) as held:
+                bound = {name: held[name] for name in held.files}
         graph = graph_from_data(extra["graph"])
         kernel_program = kernel_program_from_data(extra["kernel_program"])
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise TensorsmithError(f"{folder} is not a saved tensorsmith program: {err}") from None
     return Program(doc["graph"], doc["target"], buffers, tuple(t["name"] for t in doc["inputs"]),
                    tuple(t["name"] for t in doc["outputs"]), kernels, graph, kernel_program, doc["seed"],
-                   doc["compiler_version"], doc.get("report", {}))
+                   doc["compiler_version"], doc.get("report", {}), bound)
 
 
 def output_folder(path: str | os.PathLike, force: bool = False) -> Path:

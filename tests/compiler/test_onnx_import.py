@@ -223,3 +223,22 @@ def test_an_output_keeps_its_name_and_nodes_name_their_onnx_node(tmp_path: Path)
     assert list(graph.outputs) == ["logits"]
     wheres = {node.where for node in graph.nodes() if node.where}
     assert "tiny.onnx:proj" in wheres and "tiny.onnx:Relu node 1" in wheres
+
+
+def test_an_onnx_program_keeps_its_initializers_in_its_folder(tmp_path: Path) -> None:
+    """compile model.onnx -o out/ keeps the initializers beside the kernels: `run --inputs` takes the model's real
+    inputs alone, and `ts.load(out)` is called with them by name; from_onnx's program saves the same way."""
+    from tensorsmith import load
+    from tensorsmith.cli import main
+    model = _mlp()
+    onnx.save(model, str(tmp_path / "mlp.onnx"))
+    assert main(["compile", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "out"), "--budget", "3",
+                 "--no-cache", "-q"]) == 0
+    x = RNG.standard_normal((8, 32)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    assert main(["run", str(tmp_path / "out"), "--inputs", str(tmp_path / "x.npz"), "--device", "cpu",
+                 "--check"]) == 0
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert _relative(load(tmp_path / "out")(x=x, device="cpu")["y"], expected) < 1e-5
+    from_onnx(model, **QUICK).save(tmp_path / "saved")
+    assert _relative(load(tmp_path / "saved")(x=x, device="cpu")["y"], expected) < 1e-5

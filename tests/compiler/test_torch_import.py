@@ -281,3 +281,17 @@ def test_a_bfloat16_model_returns_bfloat16_tensors() -> None:
     with torch.no_grad():
         out, ref = program(x, device="cpu"), module(x)
     assert out.dtype == torch.bfloat16 and _relative(out, ref) < 2e-2
+
+
+def test_an_imported_program_saves_with_its_weights_and_loads(tmp_path) -> None:
+    from tensorsmith import load
+    module = Exact().eval()
+    ids, x = torch.randint(0, 50, (3, 5)), torch.randn(3, 5, 8)
+    program = from_torch(module, (ids, x), profile=False, **QUICK)
+    program.save(tmp_path / "exact")
+    loaded = load(tmp_path / "exact")
+    assert set(loaded.bound) == set(program.imported.bound)
+    with torch.no_grad():
+        expected = module(ids, x).numpy()
+    out = loaded(ids=ids.numpy().astype(np.int32), x=x.numpy(), device="cpu")
+    assert float(np.abs(next(iter(out.values())) - expected).max()) < 1e-5
