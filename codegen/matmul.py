@@ -236,11 +236,11 @@ def _operand(shapes: dict, node: Node, index: tuple[str, ...],
     """
     emitter = Emitter(shapes, indent=3)
     value = emitter.value(node, index)
-    loads = sorted(emitter.accesses, key=lambda access: -access[0].size)
-    innermost = loads[0][1][-1] if loads else axes[0]
+    loads = sorted((access for access in emitter.accesses if access[1]), key=lambda access: -access[0].size)
+    innermost = loads[0][1][-1] if loads else axes[0]      # (a scalar's load, at index (), has no axis)
     major = axes[1] if innermost == axes[1] else axes[0]
     copy = None
-    if len(loads) == 1 and len(emitter.lines) == 1 and loads[0][0].dtype == node.dtype:
+    if len(loads) == 1 and len(emitter.accesses) == 1 and len(emitter.lines) == 1 and loads[0][0].dtype == node.dtype:
         leaf, where = loads[0]
         shape = shapes[leaf.arg]
         while len(shape) > 1 and shape[-1] == 1 and where[-1] == "0":   # a matrix kept with a trailing unit axis

@@ -273,3 +273,18 @@ def test_a_deep_wgmma_ring_that_falls_back_to_mma_sync_keeps_the_stages_that_fit
     assert 2 <= fitted < 12 and shared_bytes(64, 128, 64, fitted + 1) > limit
     assert f"a {fitted}-stage cp.async pipeline" in kernel.source
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))
+
+
+def test_a_matmul_whose_operand_is_a_broadcast_scalar_compiles_and_matches() -> None:
+    """mean(x) of a (1, 1) input, expanded into the left operand (found by random graphs: it raised IndexError in
+    `_operand`, a scalar's load having no axis)."""
+    from tensorsmith import nn
+    from tensorsmith.search.verify import random_inputs
+    g = ts.Graph("scalar_operand")
+    x104, x7 = g.input("x104", (1, 1), "float16"), g.input("x7", (128, 32), "float16")
+    g.output("out1", nn.linear(x104.mean(keepdim=True).expand((64, 32)), x7))
+    program = ts.compile(g, budget_s=5, profile=False, cache=False, progress=False)
+    assert all(is_cubin(kernel.cubin) for kernel in program.kernels)
+    inputs = random_inputs(g, seed=4)
+    out, ref = program(device="cpu", **inputs)["out1"], ts.evaluate(g, inputs)["out1"]
+    assert np.abs(out.astype(np.float64) - ref).max() < 2e-2 * np.abs(ref).max()
