@@ -131,6 +131,7 @@ class _Run:
     rejected: dict[Candidate, str] = field(default_factory=dict)    # verdicts of candidates measure refused
     verdicts: dict[Key, bool] = field(default_factory=dict)
     noisy: list[Key] = field(default_factory=list)   # failed only for matching within rounding noise, in order
+    last_failure: str = ""                           # why the last candidate that failed random testing failed
     checks: dict[Key, list[Check]] = field(default_factory=dict)   # the last ordinary draw's, where they pass
     draws: dict[int, Draw | None] = field(default_factory=dict)   # verify_program's memo: inputs, reference per draw
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -175,9 +176,13 @@ class _Run:
                     self.stats.noisy += 1
                 else:
                     self.stats.failed_verification += 1
-            except VerificationError:
+                    self.last_failure = (f"{err}; where the outputs are mostly rounding (a normalisation of nearly"
+                                         f" equal values), pass example inputs at the scale the graph is used at,"
+                                         f" or compute that part in float32")
+            except VerificationError as err:
                 self.verdicts[boundaries] = False
                 self.stats.failed_verification += 1
+                self.last_failure = str(err)
         entry = self._entry.get(candidate)
         if entry is not None:
             entry["verdict"] = "verified" if self.verdicts[boundaries] else "failed verification"
@@ -442,7 +447,7 @@ def _choose(run: _Run) -> Candidate:
         if run.verify(best[boundaries], more_draws=True):
             return best[boundaries]
     raise VerificationError(f"no candidate program for graph {run.graph.name!r} passed random testing"
-                            f" ({run.stats.failed_verification} failed)")
+                            f" ({run.stats.failed_verification} failed; the last: {run.last_failure or 'none tried'})")
 
 
 def _result(run: _Run, winner: Candidate, start: float) -> SearchResult:

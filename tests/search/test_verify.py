@@ -226,3 +226,17 @@ def test_a_program_verified_on_other_examples_is_not_taken_from_the_cache(tmp_pa
     ts.compile(graph, profile=False, cache_dir=tmp_path, budget_s=1, progress=stages.append,
                example_inputs={"x": np.linspace(-2, 2, 64).astype(np.float16)})
     assert "cache" not in stages and "search" in stages
+
+
+def test_a_graph_no_program_can_match_says_which_output_and_by_how_much() -> None:
+    """layer_norm of rows that log_softmax made all equal: the output is rounding noise amplified by 1/sqrt(var),
+    which no program reproduces; the error names the output and the error against its tolerance."""
+    import pytest
+    import tensorsmith as ts
+    from tensorsmith import nn
+    from tensorsmith.search.verify import VerificationError
+    g = ts.Graph("noise")
+    x0 = g.input("x0", (7, 32), "bfloat16")
+    g.output("y", nn.layer_norm(nn.log_softmax(x0.reshape((7, 32, 1)).expand((7, 32, 31)), axis=-1)))
+    with pytest.raises(VerificationError, match=r"the last: .*output 'y'.*relative L2 error"):
+        ts.compile(g, budget_s=5, cache=False, profile=False, progress=False)
