@@ -81,7 +81,7 @@ def kernel_run(graph: ts.Graph, schedule: dict[str, int] | None, tensors: dict[s
         kernel = dataclasses.replace(kernel, schedule=Schedule.of(**schedule))
     rendered = render_kernel(dataclasses.replace(program, kernels=[kernel]), 0)
     function = runtime.Module(compile_cubin(rendered.source, rendered.name, arch=rendered.arch or "sm_90")
-                              ).function(rendered.name)
+                              ).function(rendered.entry)
     args = launch_arguments(rendered.params, rendered.tensor_maps, {name: t.data_ptr() for name, t in tensors.items()})
 
     def run() -> None:

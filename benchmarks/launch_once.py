@@ -28,7 +28,7 @@ def main() -> None:
     program = partition(matmul_graph(m, n, k, "float16"))
     rendered = render_kernel(program, 0)
     function = runtime.Module(compile_cubin(rendered.source, rendered.name, arch=rendered.arch or "sm_90")
-                              ).function(rendered.name)
+                              ).function(rendered.entry)
     a, b = (torch.randn(shape, device="cuda", dtype=torch.float16) for shape in ((m, k), (k, n)))
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
     pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": c.data_ptr()}

@@ -96,7 +96,7 @@ def _time_schedule(program: KernelProgram, params: dict[str, int] | None, pointe
         kernel = dataclasses.replace(kernel, schedule=Schedule.of(**params))
     rendered = render_kernel(dataclasses.replace(program, kernels=[kernel]), 0)
     cubin = compile_cubin(rendered.source, rendered.name, arch=rendered.arch or "sm_90")   # sm_90a for wgmma
-    function = runtime.Module(cubin).function(rendered.name)
+    function = runtime.Module(cubin).function(rendered.entry)
     args = launch_arguments(rendered.params, rendered.tensor_maps, pointers)
 
     def run() -> None:

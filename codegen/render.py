@@ -10,8 +10,10 @@ materialise, which is how search learns the kernel boundaries this codegen suppo
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
+import re
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,6 +36,7 @@ from .tensor_map import TensorMapSpec
 MEASURED_PLACEHOLDER = "measured: not yet (rendered before profiling)"
 INT32_LIMIT = 2**31 - 1
 KERNEL = "TSKERNELQ"            # rendered in place of the kernel's name, filled in from the cache
+ENTRY = "TSENTRYQ"              # and of its function's (`entry_name`)
 VERSION = "TSVERSIONQ"          # and of the compiler's version
 CACHED_RENDERS = 4096           # renders (or refusals) kept; a compile of a 16-layer model makes about this many
 RENDERS: Counter = Counter()    # each (kernel, schedule) key rendered: counted by tests, one per key per process
@@ -57,6 +60,9 @@ class RenderedKernel:
     tensor_maps: tuple[TensorMapSpec, ...] = ()   # TMA descriptors passed after the buffer pointers
     persistent: bool = False  # blocks walk the work by gridDim.x: grid.x (one per SM of an H200) is the most
                               # worth launching, and fewer, one per SM of a smaller GPU, compute the same
+    entry: str = ""           # the function's name in the source and the cubin (`entry_name`)
+    build_source: str = ""    # what NVRTC compiles: `source` but for the buffers' and the kernel's names, so that
+                              # the kernels of identical layers are one source, compiled once
 
 
 @lru_cache(maxsize=1)
@@ -77,16 +83,30 @@ def render_kernel(program: KernelProgram, position: int, version: str = "", arch
     Rendered once per structure and schedule: with its buffers and itself under placeholder names, filled in here."""
     kernel = program.kernels[position]
     rendered = _cached(program, kernel, arch)
-    names = {**_placeholders(kernel), KERNEL: kernel.name, VERSION: version}
-    source = rendered.source
-    for placeholder, name in names.items():
-        source = source.replace(placeholder, name)
-    return dataclasses.replace(rendered, name=names[KERNEL], source=source,
+    entry = entry_name(kernel, program.name, rendered.source)
+    build_source = _filled(rendered.source, {KERNEL: entry, ENTRY: entry, VERSION: version})
+    names = _placeholders(kernel)
+    source = _filled(rendered.source, {**names, KERNEL: kernel.name, ENTRY: entry, VERSION: version})
+    return dataclasses.replace(rendered, name=kernel.name, source=source, entry=entry, build_source=build_source,
                                file_stem=f"{position:02d}_{kernel.writes[0]}",
                                params=tuple(names[p] for p in rendered.params),
                                writes=tuple(names[w] for w in rendered.writes),
                                tensor_maps=tuple(dataclasses.replace(t, buffer=names[t.buffer])
                                                  for t in rendered.tensor_maps))
+
+
+def entry_name(kernel: Kernel, graph: str, placeholder_source: str) -> str:
+    """The kernel's function name: what it computes (its name without the graph's or its place's) and a digest of
+    its source under placeholder names, so that kernels that compute alike (a model's identical layers) have one
+    name, one source and one cubin, while the kernel keeps its own name in its file and the report."""
+    label = re.sub(r"\d*_*$", "", kernel.name.removeprefix(f"{graph}_")) or kernel.archetype
+    return f"{label}_{hashlib.sha256(placeholder_source.encode()).hexdigest()[:10]}"
+
+
+def _filled(source: str, names: dict[str, str]) -> str:
+    for placeholder, name in names.items():
+        source = source.replace(placeholder, name)
+    return source
 
 
 def check_renders(program: KernelProgram, position: int, arch: str = HOPPER) -> None:
@@ -198,7 +218,7 @@ def _context(program: KernelProgram, kernel: Kernel, schedule: Schedule, body: s
     params += [{"name": n, "ctype": bufs[n].dtype.cuda_name, "const": True} for n in kernel.reads]
     describe = [f"{n}[{', '.join(map(str, bufs[n].shape))}] {bufs[n].dtype}" for n in kernel.writes + kernel.reads]
     return {
-        "name": kernel.name, "graph": program.name, "version": VERSION,
+        "name": kernel.name, "entry": ENTRY, "graph": program.name, "version": VERSION,
         "archetype": kernel.archetype, "schedule": str(schedule), "params": params,
         "outputs": describe[:len(kernel.writes)], "inputs": describe[len(kernel.writes):],
         "nodes": _node_lines(kernel), "measured": MEASURED_PLACEHOLDER, "body": body,

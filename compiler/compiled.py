@@ -32,6 +32,12 @@ class CompiledKernel:
     shared_bytes: int = 0              # dynamic shared memory per block
     tensor_maps: tuple[TensorMapSpec, ...] = ()   # TMA descriptors, encoded at launch after the params
     persistent: bool = False           # blocks walk the work by gridDim.x: launched at most one per SM of the GPU
+    entry: str = ""                    # the function's name in the cubin, where it is not `name` (kernels that
+                                       # compute alike share one: codegen.render.entry_name)
+
+    @property
+    def symbol(self) -> str:
+        return self.entry or self.name
 
 
 @dataclass
@@ -64,7 +70,7 @@ class CompiledProgram:
             "compiler_version": self.compiler_version, "seed": self.seed,
             "inputs": [tensor(n) for n in self.inputs], "outputs": [tensor(n) for n in self.outputs],
             "buffers": [{**tensor(b.name), "role": b.role, "bytes": b.nbytes} for b in self.buffers.values()],
-            "kernels": [{"name": k.name, "source": f"kernels/{k.file_stem}.cu", "cubin": f"kernels/{k.file_stem}.cubin",
+            "kernels": [{"name": k.name, "entry": k.symbol, "source": f"kernels/{k.file_stem}.cu", "cubin": f"kernels/{k.file_stem}.cubin",
                          "archetype": k.archetype, "schedule": k.schedule, "grid": list(k.grid),
                          "block": list(k.block), "shared_bytes": k.shared_bytes,
                          "params": list(k.params), "writes": list(k.writes),

@@ -95,7 +95,7 @@ _loaded: dict[int, dict[tuple[str, bytes], runtime.Function]] = {}
 
 def loaded_functions(program: CompiledProgram | LaunchPlan) -> list[runtime.Function]:
     """The loaded kernel functions of `program`, in launch order (a LaunchPlan's are loaded each time)."""
-    keys = [(kernel.name, kernel.cubin) for kernel in program.kernels]
+    keys = [(kernel.symbol, kernel.cubin) for kernel in program.kernels]
     if isinstance(program, LaunchPlan):
         return [runtime.Module(cubin).function(name) for name, cubin in keys]
     if id(program) not in _loaded:

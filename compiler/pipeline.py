@@ -229,7 +229,8 @@ def _render(c: Compilation) -> None:
 
 
 def _nvrtc(c: Compilation) -> None:
-    c.cubins = compile_many([(k.source, k.name, k.arch or c.target.arch) for k in c.rendered], arch=c.target.arch)
+    c.cubins = compile_many([(k.build_source or k.source, k.name, k.arch or c.target.arch) for k in c.rendered],
+                            arch=c.target.arch)   # one compile per build source: identical layers' kernels share one
 
 
 def _profile(c: Compilation) -> None:
@@ -385,7 +386,8 @@ def to_program(c: Compilation, report: bool = True) -> Program:
         kernels.append(CompiledKernel(rendered.name, rendered.file_stem, rendered.archetype,
                                       rendered.schedule.as_dict(), source, cubin, rendered.grid, rendered.block,
                                       rendered.params, rendered.writes, measured, predicted,
-                                      rendered.shared_bytes, rendered.tensor_maps, rendered.persistent))
+                                      rendered.shared_bytes, rendered.tensor_maps, rendered.persistent,
+                                      rendered.entry))
     return Program(c.graph.name, c.target.name, dict(program.buffers), program.inputs, tuple(program.outputs),
                    kernels, c.graph, program, c.options.seed, VERSION, _report(c) if report else {})
 

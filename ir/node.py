@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import AbstractSet, Any, Iterable
 
 from .dtypes import DType
 from .ops import Op
@@ -35,7 +35,7 @@ class Node:
         return f"Node({self.op}{arg}, shape={self.shape}, dtype={self.dtype})"
 
 
-def toposort(roots: Iterable[Node], stops: frozenset[int] | set[int] = frozenset()) -> list[Node]:
+def toposort(roots: Iterable[Node], stops: AbstractSet[int] = frozenset()) -> list[Node]:
     """Every node reachable from `roots`, each after its sources (iterative: graphs can be deep).
 
     The walk does not look past nodes whose id is in `stops` (they are listed, their sources are not).

@@ -58,8 +58,9 @@ ZERO, ONE = Fraction(0), Fraction(1)
 
 
 class TooLarge(Exception):
-    """A check needs more terms than `Terms.limit`, or more time to build its Z3 expressions than `Z3Terms.deadline`
-    (a Hugging Face model's nested reductions as Z3 lambdas took minutes): it is not made."""
+    """A check needs more terms than `Terms.limit`, more time to build its terms than `Terms.deadline` (a 4-layer
+    Llama's graph took 5 s, mostly index arithmetic on terms made before), or more time to build its Z3 expressions
+    than `Z3Terms.deadline` (a Hugging Face model's nested reductions as Z3 lambdas took minutes): it is not made."""
 
 
 class Terms:
@@ -71,6 +72,7 @@ class Terms:
         self.free: list[frozenset] = []
         self.binders: list[frozenset] = []   # the variables reductions inside a term bind
         self.limit: float = math.inf   # the number of terms past which making one raises TooLarge
+        self.deadline = math.inf       # time.monotonic() past which building a node's term raises TooLarge
         self._reduced: dict[tuple, Term] = {}
         self._renamed: dict[tuple, Term] = {}
         self._expanded: dict[Term, list[list[Term]]] = {}
@@ -300,6 +302,8 @@ class Builder:
     def at(self, node: Node, index: tuple[Index, ...]) -> Term:
         key = (id(node), index)
         if key not in self.memo:
+            if time.monotonic() > self.terms.deadline:
+                raise TooLarge("the abstract expressions took longer to build than the check may take")
             self.memo[key] = self._term(node, index)
         return self.memo[key]
 

@@ -1,7 +1,7 @@
 """Beam search over the decision tree: kernel boundaries first, then one schedule per kernel.
 
 Boundaries: start from the greedy partition, the greedy partition with its matmuls' computed operands
-materialised, and the unfused program; each round expands every member of the beam by one move (materialise
+materialised, that with every value several kernels compute given a buffer of its own, and the unfused program; each round expands every member of the beam by one move (materialise
 one node more or one fewer) and keeps the `width` best, each scored by the rank of its preferred completion
 (every kernel at the first of its schedule options: codegen's default where the model predicts nothing much
 faster, else the cheapest; `space.rank`). Schedules: each kept boundary set is completed kernel by kernel,
@@ -43,7 +43,7 @@ def beam(space: CandidateSpace, cfg: BeamConfig, deadline: float = math.inf,
 
 
 def _boundary_beam(space: CandidateSpace, cfg: BeamConfig, deadline: float) -> list[Boundaries]:
-    starts = [space.greedy(), space.operands_materialised(), space.unfused()]
+    starts = [space.greedy(), space.operands_materialised(), space.computed_once(), space.unfused()]
     scores: dict[Boundaries, float] = {}
     for boundaries in starts:
         if space.expression_ok(boundaries):

@@ -40,7 +40,7 @@ from .cost import program_seconds
 from .exact import MAX_WORK as EXACT_MAX_WORK
 from .exact import check_exact, evaluation_size
 from .mcts import MCTSConfig, Root, mcts
-from .partition import partition, unfused
+from .partition import unfused
 from .prune import AbstractChecker
 from .space import Boundaries, Candidate, CandidateSpace, ScheduleOptions, SpaceStats
 from .verify import Check, Draw, NoiseOnlyError, VerificationError, reference_draw, softmax_like, verify_program
@@ -294,7 +294,7 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     start = time.monotonic()
     target = get_target(target) if isinstance(target, str) else target
     cfg = config or SearchConfig(BeamConfig(seed=seed), MCTSConfig(seed=seed))
-    checker, stats = AbstractChecker(), SpaceStats()
+    checker, stats = AbstractChecker(budget_s=budget_s), SpaceStats()
     scheduled: dict[tuple, ScheduleOptions] = {}
     spaces = [CandidateSpace(g, target, checker, stats, form, scheduled) for form, g in enumerate([graph, *forms])]
     _check_forms(spaces, reference or graph, seed)
@@ -462,7 +462,7 @@ def _result(run: _Run, winner: Candidate, start: float) -> SearchResult:
     return SearchResult(run.space_of(winner).build(winner), run.predicted[winner] * 1e6,
                         run.measured[winner] * 1e6 if winner in run.measured else None, run.history, stats,
                         form=winner.form, form_best=[_form_best(run, form) for form in range(len(run.spaces))],
-                        greedy_us=program_seconds(partition(space.graph), space.target) * 1e6,
+                        greedy_us=program_seconds(space.program(space.greedy()), space.target) * 1e6,
                         unfused_us=program_seconds(unfused(space.graph), space.target) * 1e6,
                         checks=run.checks[key(winner)])
 

@@ -2,12 +2,13 @@
 
 Start with one kernel per graph output, every other node fused into its consumers; whenever an
 archetype refuses a body (`NotFusable`), materialise the node it names into a buffer of its own and
-try again. Each round materialises one more node, so this ends.
+try again. Each round materialises at least one more node, so this ends.
 """
 from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import dataclass
 
 from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
 from tensorsmith.codegen.attention import attention_match, kernel_attention
@@ -28,25 +29,45 @@ def partition(graph: Graph) -> KernelProgram:
     return legalise(graph, set())[0]
 
 
-def legalise(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, set[int]]:
+def legalise(graph: Graph, materialised: set[int], bodies: Bodies | None = None) -> tuple[KernelProgram, set[int]]:
     """The program for `materialised` plus every node codegen refuses to fuse, and that grown set.
 
     Search starts from any set of materialised nodes; this is the one place that learns from codegen
-    (`NotFusable`) which further nodes need a buffer of their own.
+    (`NotFusable`) which further nodes need a buffer of their own. Each round rebuilds the program once for all the
+    refusals `_refusals` finds in it, remaking only the kernels whose cones changed (`bodies`, which the caller may
+    keep across calls), so that a model's many layers are not a whole rebuild per refusal.
     """
     materialised = set(materialised)
+    bodies = {} if bodies is None else bodies
     while True:
-        program, origins = build_program(graph, materialised)
-        try:
-            for position in range(len(program.kernels)):
-                check_renders(program, position)
-        except NotFusable as refusal:
-            original = origins[id(_attention_first(program.kernels[position], refusal.node))]
-            if id(original) in materialised:
-                raise AssertionError(f"codegen refused {original} again: {refusal}") from refusal
-            materialised.add(id(original))
+        program, origins = build_program(graph, materialised, bodies)
+        refused = _refusals(program, origins, bodies)
+        if not refused:
+            return program, materialised
+        again = refused.keys() & materialised
+        if again:
+            raise AssertionError(f"codegen refused {refused[next(iter(again))]} again")
+        materialised |= set(refused)
+
+
+def _refusals(program: KernelProgram, origins: Origins, bodies: Bodies) -> dict[int, Node]:
+    """The graph nodes codegen refuses in `program`'s kernels, at most one a kernel, by id. A kernel whose interior
+    holds a node refused in an earlier kernel is left to the next round, since a buffer for that node changes its
+    body; any other kernel's body stays as it is, so its refusal is the one a round of its own would find."""
+    refused: dict[int, Node] = {}
+    for position, kernel in enumerate(program.kernels):
+        root = origins.get(id(kernel.outputs[0][1]))
+        made = bodies.get(id(root)) if root is not None else None
+        if made is not None and (made.renders or not made.interior.isdisjoint(refused)):
             continue
-        return program, materialised
+        try:
+            check_renders(program, position)
+            if made is not None:
+                made.renders = True
+        except NotFusable as refusal:
+            original = origins[id(_attention_first(kernel, refusal.node))]
+            refused[id(original)] = original
+    return refused
 
 
 def _attention_first(kernel: Kernel, refused: Node) -> Node:
@@ -118,6 +139,42 @@ def inside_operands(graph: Graph, operands: list[Node]) -> list[Node]:
     return list(inside.values())
 
 
+def recomputed(graph: Graph, materialised: set[int]) -> list[Node]:
+    """The compute nodes that two or more kernels of `materialised`'s program compute each and that some node
+    outside them reads, in graph order: the last of each chain of values computed again, whose buffer makes the
+    chain computed once. A model's residual stream is the costly case: each layer's kernels would otherwise add up
+    every earlier layer's outputs again, their reads growing with depth."""
+    nodes = graph.nodes()
+    stops = materialised | {id(node) for node in graph.inputs.values()}
+    roots = [node for node in nodes if id(node) in stops and node.op != Op.INPUT]
+    roots += [node for node in graph.outputs.values() if id(node) not in stops]
+    computed: dict[int, int] = {}
+    for root in dict.fromkeys(roots):
+        for node in toposort([root], stops - {id(root)}):
+            if node is not root and id(node) not in stops and node.op in COMPUTE:
+                computed[id(node)] = computed.get(id(node), 0) + 1
+    again = {key for key, count in computed.items() if count > 1}
+    read_outside = {id(src) for node in nodes if id(node) not in again for src in node.srcs}
+    return [node for node in nodes if id(node) in again and id(node) in read_outside]
+
+
+def absorbed(graph: Graph, materialised: set[int], added: list[Node]) -> set[int]:
+    """The ids of nodes of `materialised` that only the kernels of `added` (nodes about to get buffers) read: a
+    matmul whose one reader is a residual add given a buffer, which then computes it, the add as its epilogue."""
+    readers: dict[int, list[Node]] = {}
+    for node in graph.nodes():
+        for src in node.srcs:
+            readers.setdefault(id(src), []).append(node)
+    stops = materialised | {id(node) for node in added} | {id(node) for node in graph.inputs.values()}
+    found: set[int] = set()
+    for root in added:
+        cone = toposort([root], stops - {id(root)})
+        inside = {id(node) for node in cone if id(node) not in stops} | {id(root)}
+        found |= {id(node) for node in cone if id(node) in materialised and node is not root
+                  and all(id(reader) in inside for reader in readers.get(id(node), []))}
+    return found
+
+
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(size for size in shape if size != 1)
 
@@ -161,26 +218,53 @@ def unfused(graph: Graph) -> KernelProgram:
     return build_program(graph, {id(node) for node in materialisable(graph) if node.op not in VIEWS})[0]
 
 
-def build_program(graph: Graph, materialised: set[int]) -> tuple[KernelProgram, Origins]:
-    """One kernel per graph output and per node whose id is in `materialised`, in topological order."""
+@dataclass
+class KernelBody:
+    """One kernel's body as `build_program` made it, with what it depends on: it is the body again in any set of
+    materialised nodes where its interior has no buffer and each buffer it reads is there under the same name."""
+
+    body: Node
+    archetype: str
+    label: str
+    interior: frozenset[int]              # ids of the graph nodes computed inside, the root's but for the root
+    reads: tuple[tuple[int, str], ...]    # (graph node id, buffer name) of each buffer it reads
+    origins: Origins                      # its nodes -> the graph nodes they copy
+    renders: bool = False                 # codegen took it once (it reads buffers of the same shapes every time)
+
+    def holds(self, buffer_of: dict[int, str]) -> bool:
+        return (all(buffer_of.get(node) == name for node, name in self.reads)
+                and not any(node in buffer_of for node in self.interior))
+
+
+Bodies = dict[int, KernelBody]   # by the id of the graph node a kernel computes: build_program's bodies, to reuse
+
+
+def build_program(graph: Graph, materialised: set[int], bodies: Bodies | None = None) -> tuple[KernelProgram, Origins]:
+    """One kernel per graph output and per node whose id is in `materialised`, in topological order. `bodies` keeps
+    the kernel bodies made, by their root, across calls: one that still `holds` is not made again (a search's
+    partitions differ in a few kernels of many)."""
+    bodies = {} if bodies is None else bodies
     buffers = {name: Buffer(name, node.shape, node.dtype, "input") for name, node in graph.inputs.items()}
     buffer_of: dict[int, str] = {id(node): name for name, node in graph.inputs.items()}
     output_of: dict[int, str] = {}
     for name, node in graph.outputs.items():
         output_of.setdefault(id(node), name)
+    taken = {*buffers, *graph.outputs}
     kernels: list[Kernel] = []
     origins: Origins = {}
     for place, node in enumerate(graph.nodes()):
         if node.op == Op.INPUT or (id(node) not in materialised and id(node) not in output_of):
             continue
-        body = _copy_cone(node, buffer_of, buffers, origins)
-        archetype = _archetype(body)
+        made = bodies.get(id(node))
+        if made is None or not made.holds(buffer_of):
+            made = bodies[id(node)] = _kernel_body(node, buffer_of)
+        origins.update(made.origins)
         # numbered by the node's place in the graph, not the kernel's in the program: a kernel keeps its name, and
         # so its source, in every partition the search tries (one source is compiled once)
-        name = output_of.get(id(node)) or _fresh(f"{kernel_label(archetype, body)}{place}",
-                                                 {*buffers, *graph.outputs})
+        name = output_of.get(id(node)) or _fresh(f"{made.label}{place}", taken)
+        taken.add(name)
         buffers[name] = Buffer(name, node.shape, node.dtype, "output" if id(node) in output_of else "temp")
-        kernels.append(Kernel(f"{graph.name}_{name}", archetype, ((name, body),)))
+        kernels.append(Kernel(f"{graph.name}_{name}", made.archetype, ((name, made.body),)))
         buffer_of[id(node)] = name
     for name, node in graph.outputs.items():
         if buffer_of[id(node)] != name:   # a second name for one value, or an input passed straight out
@@ -211,15 +295,20 @@ def _archetype(body: Node) -> str:
     return "row_reduce"
 
 
-def _copy_cone(root: Node, buffer_of: dict[int, str], buffers: dict[str, Buffer], origins: Origins) -> Node:
+def _kernel_body(root: Node, buffer_of: dict[int, str]) -> KernelBody:
     """`root`'s cone, with each node that already has a buffer replaced by a load of that buffer."""
-    stops = {key for key in buffer_of if key != id(root)}
     copies: dict[int, Node] = {}
-    for node in toposort([root], stops):
-        if id(node) in stops:
-            new = dataclasses.replace(node, op=Op.INPUT, srcs=(), arg=buffers[buffer_of[id(node)]].name)
+    origins: Origins = {}
+    reads: list[tuple[int, str]] = []
+    for node in toposort([root], buffer_of.keys()):    # the root has no buffer yet
+        if id(node) in buffer_of:
+            new = dataclasses.replace(node, op=Op.INPUT, srcs=(), arg=buffer_of[id(node)])
+            reads.append((id(node), buffer_of[id(node)]))
         else:
             new = dataclasses.replace(node, srcs=tuple(copies[id(src)] for src in node.srcs))
         origins[id(new)] = node
         copies[id(node)] = new
-    return copies[id(root)]
+    body = copies[id(root)]
+    archetype = _archetype(body)
+    interior = frozenset(copies) - {id(root)} - {node for node, _ in reads}
+    return KernelBody(body, archetype, kernel_label(archetype, body), interior, tuple(reads), origins)

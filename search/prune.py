@@ -51,6 +51,9 @@ from .exact import MAX_WORK as EXACT_MAX_WORK
 from .exact import draw_inputs, evaluate_exact, evaluation_size
 
 Z3_TIMEOUT_MS = 2000
+TERMS_SHARE = 0.02     # of a search's budget: the most one check may spend building terms (at least MIN_TERMS_S, at
+MIN_TERMS_S = 0.25     # most Z3_TIMEOUT_MS); past it the check is left undecided. A 4-layer Llama's graph needed
+                       # over 5 s, and a search builds its forms' and the user's graph's terms before anything else
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -208,13 +211,21 @@ Expressions = dict[str, Expression]
 class AbstractChecker:
     """Abstract expressions of graphs and kernel programs (search/abstract.py), and a Z3 equivalence check."""
 
-    def __init__(self, timeout_ms: int = Z3_TIMEOUT_MS, max_terms: int = MAX_TERMS):
+    def __init__(self, timeout_ms: int = Z3_TIMEOUT_MS, max_terms: int = MAX_TERMS, budget_s: float = math.inf):
         self.timeout_ms, self.max_terms = timeout_ms, max_terms
+        self.build_s = min(Z3_TIMEOUT_MS / 1000, max(MIN_TERMS_S, TERMS_SHARE * budget_s))   # per check, building its terms
         self.terms = Terms()
         self.z3_terms = Z3Terms(self.terms)
+        self._graphs: dict[int, tuple[Graph, Expressions | None]] = {}   # graph_terms' results, the graph kept alive
 
     def graph_terms(self, graph: Graph) -> Expressions | None:
-        """Each output of `graph` as a term over its inputs' elements (None where that is too large a check)."""
+        """Each output of `graph` as a term over its inputs' elements (None where that is too large a check), built
+        once per graph."""
+        if id(graph) not in self._graphs:
+            self._graphs[id(graph)] = graph, self._graph_terms(graph)
+        return self._graphs[id(graph)][1]
+
+    def _graph_terms(self, graph: Graph) -> Expressions | None:
         builder = Builder(self.terms, lambda node, index: self.terms.read(node.arg, index))
         with self._bounded():
             return {name: Expression(builder.output(node), node.shape) for name, node in graph.outputs.items()}
@@ -260,13 +271,14 @@ class AbstractChecker:
         """Bounds the work of what runs inside: `max_terms` new terms and the Z3 timeout's time to build expressions.
         A check past them (or deeper than Python's recursion limit) is abandoned, and the caller returns None."""
         self.terms.limit = len(self.terms.nodes) + self.max_terms
+        self.terms.deadline = time.monotonic() + self.build_s
         self.z3_terms.deadline = time.monotonic() + self.timeout_ms / 1000
         try:
             yield
         except (TooLarge, RecursionError):
             pass
         finally:
-            self.terms.limit, self.z3_terms.deadline = math.inf, math.inf
+            self.terms.limit, self.terms.deadline, self.z3_terms.deadline = math.inf, math.inf, math.inf
 
     def _decide(self, pairs: list[tuple[z3.ExprRef, z3.ExprRef]], premises: tuple[z3.BoolRef, ...] = ()) -> bool | None:
         """True if Z3 proves every pair equal under `premises`, False if it finds an interpretation where one

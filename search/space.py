@@ -23,7 +23,8 @@ from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule, kerne
 from tensorsmith.ir.targets import Target
 
 from .cost import KernelPricing
-from .partition import computed_operands, inside_operands, legalise, materialisable
+from .partition import (Bodies, absorbed, computed_operands, inside_operands, legalise, materialisable,
+                        recomputed)
 from .prune import AbstractChecker, kernel_facts, schedule_violations
 
 RENDERED_PER_KERNEL = 6      # schedules per kernel that must render; more than any strategy branches on
@@ -90,6 +91,7 @@ class CandidateSpace:
         self._programs: dict[Boundaries, KernelProgram] = {}
         self._legal: dict[Boundaries, Boundaries] = {}
         self._by_structure: dict[str, Boundaries] = {}
+        self._bodies: Bodies = {}     # kernel bodies by root, reused by every legalisation of this graph
         self._reference = self.checker.graph_terms(self.graph)
         self._expression_ok: dict[Boundaries, bool] = {}
         self.refuted = False     # the form's graph computes another function than the user's: no candidates
@@ -108,6 +110,16 @@ class CandidateSpace:
         inside = frozenset(self.position[id(node)] for node in inside_operands(self.graph, nodes))
         return self.legal((self.greedy() - inside) | (operands & frozenset(self.points)))
 
+    def computed_once(self) -> Boundaries:
+        """`operands_materialised` with every node that several of its kernels would compute each given a buffer
+        (`partition.recomputed`: a residual stream), so that no value is computed twice, and what only those
+        buffers' kernels read computed inside them (`partition.absorbed`: a matmul under a residual add)."""
+        start = self.operands_materialised()
+        materialised = {id(self.nodes[p]) for p in start}
+        again = recomputed(self.graph, materialised)
+        taken = frozenset(self.position[i] for i in absorbed(self.graph, materialised, again))
+        return self.legal((start - taken) | (frozenset(self.position[id(node)] for node in again) & frozenset(self.points)))
+
     def unfused(self) -> Boundaries:
         """Every materialisable node its own kernel: each compute op, and each view a matmul reads (a copy)."""
         return self.legal(frozenset(self.points))
@@ -116,7 +128,7 @@ class CandidateSpace:
         """`wanted` grown until codegen takes every kernel; a duplicate of a program seen before maps to its first."""
         if wanted in self._legal:
             return self._legal[wanted]
-        program, grown = legalise(self.graph, {id(self.nodes[p]) for p in wanted})
+        program, grown = legalise(self.graph, {id(self.nodes[p]) for p in wanted}, self._bodies)
         boundaries = frozenset(self.position[i] for i in grown) & frozenset(self.points)
         key = program_structure(program)
         first = self._by_structure.setdefault(key, boundaries)

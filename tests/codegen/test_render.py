@@ -18,8 +18,11 @@ def test_case_renders_and_compiles_to_cubin(case: str) -> None:
     program = partition(CASES[case]())
     for kernel in render_program(program):
         assert kernel.archetype in ARCHETYPES
-        assert f"void __launch_bounds__({kernel.block[0]}) {kernel.name}(" in kernel.source
-        assert compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90")[:4] == ELF_MAGIC   # sm_90a: wgmma
+        assert kernel.source.startswith(f"// {kernel.name} --")
+        assert f"void __launch_bounds__({kernel.block[0]}) {kernel.entry}(" in kernel.source
+        assert f"{kernel.entry}(" in kernel.build_source and kernel.name not in kernel.build_source
+        cubin = compile_cubin(kernel.build_source, kernel.entry, arch=kernel.arch or "sm_90")   # sm_90a: wgmma
+        assert cubin[:4] == ELF_MAGIC and kernel.entry.encode() in cubin
 
 
 def test_header_names_graph_nodes_archetype_schedule_and_launch() -> None:

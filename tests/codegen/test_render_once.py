@@ -9,7 +9,7 @@ import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.codegen.emit import NotFusable
 from tensorsmith.codegen.render import RENDERS, check_renders, render_kernel, render_program
-from tensorsmith.ir.kernel_program import kernel_structure
+from tensorsmith.ir.kernel_program import KernelProgram, kernel_structure
 from tensorsmith.search.beam import BeamConfig
 from tensorsmith.search.engine import SearchConfig, search_program
 from tensorsmith.search.mcts import MCTSConfig
@@ -83,3 +83,35 @@ def test_a_search_renders_each_structure_and_schedule_once_and_its_winner_from_t
     render_program(result.program, "v1")
     assert sum(RENDERS.values()) == rendered
     assert result.stats.boundary_sets > 1   # so kernels were met again, in other partitions
+
+
+def stacked_layers(layers: int) -> KernelProgram:
+    """Norm, matmul and residual per layer, each layer with weights of its own, the way a model's layers are, as
+    kernels with the residual stream in buffers."""
+    g = ts.Graph("stacked")
+    x = g.input("x", (64, 256), "float16")
+    residual = []
+    for layer in range(layers):
+        h = nn.rms_norm(x, g.input(f"gain{layer}", (256,), "float16"))
+        x = x + nn.silu(h @ g.input(f"w{layer}", (256, 256), "float16"))
+        residual.append(id(x.node))
+    g.output("y", x)
+    return legalise(g, set(residual))[0]
+
+
+def test_identical_layers_are_one_function_and_one_build_source_under_their_own_names() -> None:
+    """What NVRTC compiles (`build_source`) names no buffer and no kernel, so the kernels of a model's identical
+    layers are one compile; each keeps its own name in its file's header and in the report."""
+    kernels = render_program(stacked_layers(3), "v1")
+    by_build: dict[str, list] = {}
+    for kernel in kernels:
+        by_build.setdefault(kernel.build_source, []).append(kernel)
+    shared = [group for group in by_build.values() if len(group) > 1]
+    assert shared and len(by_build) < len(kernels)
+    for group in shared:
+        assert len({k.entry for k in group}) == 1 and len({k.name for k in group}) == len(group)
+        assert len({k.source for k in group}) == len(group)   # each with its own weights' names
+        for kernel in group:
+            assert kernel.source.startswith(f"// {kernel.name} --") and f"{kernel.entry}(" in kernel.source
+    gains = [k for k in kernels if any(p.startswith("gain") for p in k.params)]
+    assert {p for k in gains for p in k.params} >= {"gain0", "gain1", "gain2"}

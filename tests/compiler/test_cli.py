@@ -36,7 +36,7 @@ def test_every_example_compiles_to_cu_files_and_cubins(example: Path, tmp_path: 
     for kernel in doc["kernels"]:
         source = (out / kernel["source"]).read_text()
         assert source.startswith(f"// {kernel['name']} -- a kernel of graph ")
-        assert f"{kernel['name']}(" in source
+        assert f"{kernel['entry']}(" in source and kernel["entry"].encode() in (out / kernel["cubin"]).read_bytes()
         assert (out / kernel["cubin"]).read_bytes()[:4] == b"\x7fELF"
     printed = capsys.readouterr().out
     assert all(k["name"] in printed for k in doc["kernels"])
@@ -147,7 +147,8 @@ def test_an_nvrtc_failure_is_reported_with_the_source_saved(tmp_path: Path, monk
     render = pipeline.render_program
 
     def broken(program, version="", arch="sm_90"):   # a compiler bug: codegen emits C that does not compile
-        return [dataclasses.replace(k, source=k.source.replace("const idx_t", "const idx_t idx_t"))
+        return [dataclasses.replace(k, source=k.source.replace("const idx_t", "const idx_t idx_t"),
+                                    build_source=k.build_source.replace("const idx_t", "const idx_t idx_t"))
                 for k in render(program, version, arch)]
 
     monkeypatch.setattr(pipeline, "render_program", broken)

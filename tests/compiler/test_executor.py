@@ -34,7 +34,7 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_a_program_loads_its_kernels_once(loads) -> None:
     program = ts.compile(CASES["norms"](), profile=False)
-    names = [kernel.name for kernel in program.kernels]
+    names = [kernel.symbol for kernel in program.kernels]
     first = executor.loaded_functions(program)
     assert executor.loaded_functions(program) == first and loads == names
 
@@ -47,8 +47,8 @@ def test_a_swapped_kernel_is_loaded_and_the_one_it_replaced_let_go(loads) -> Non
     executor.loaded_functions(program)
     program.kernels[0] = dataclasses.replace(old, cubin=old.cubin + b"\0")   # another cubin: loaded
     executor.loaded_functions(program)
-    assert loads == [k.name for k in program.kernels] + [old.name]
-    assert (old.name, old.cubin) not in executor._loaded[id(program)]
+    assert loads == [k.symbol for k in program.kernels] + [old.symbol]
+    assert (old.symbol, old.cubin) not in executor._loaded[id(program)]
 
 
 def test_the_loaded_kernels_go_with_the_program(loads) -> None:
@@ -66,4 +66,4 @@ def test_a_launch_plan_is_loaded_each_time(loads) -> None:
     plan = executor.LaunchPlan.of(program)
     executor.loaded_functions(plan)
     executor.loaded_functions(plan)
-    assert loads == [kernel.name for kernel in program.kernels] * 2
+    assert loads == [kernel.symbol for kernel in program.kernels] * 2

@@ -151,8 +151,8 @@ def test_search_never_returns_a_planted_wrong_candidate(monkeypatch: pytest.Monk
     g = affine_graph()
     real = space_module.legalise
 
-    def planted(graph, materialised):   # every partition that fuses the bias into the softmax drops it
-        program, grown = real(graph, materialised)
+    def planted(graph, materialised, bodies=None):   # every partition that fuses the bias into the softmax drops it
+        program, grown = real(graph, materialised, bodies)
         return rewrite_body(program, drop_bias), grown
 
     monkeypatch.setattr(space_module, "legalise", planted)
@@ -166,8 +166,8 @@ def test_without_z3_random_testing_still_rejects_the_planted_candidate(monkeypat
     g = affine_graph()
     real = space_module.legalise
     monkeypatch.setattr(space_module, "legalise",
-                        lambda graph, materialised: (rewrite_body(real(graph, materialised)[0], drop_bias),
-                                                     real(graph, materialised)[1]))
+                        lambda graph, materialised, bodies=None: (
+                            rewrite_body(real(graph, materialised)[0], drop_bias), real(graph, materialised)[1]))
     monkeypatch.setattr(AbstractChecker, "equivalent", lambda self, reference, candidate: None)   # Z3 undecided
     result = engine.search_program(g, SM90, budget_s=20, seed=0)
     assert result.stats.pruned_expression_z3 == 0 and result.stats.failed_verification >= 1
