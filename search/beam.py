@@ -1,8 +1,9 @@
 """Beam search over the decision tree: kernel boundaries first, then one schedule per kernel.
 
 Boundaries: start from the greedy partition, the greedy partition with its matmuls' computed operands
-materialised, that with every value several kernels compute given a buffer of its own, and the unfused program; each round expands every member of the beam by one move (materialise
-one node more or one fewer) and keeps the `width` best, each scored by the rank of its preferred completion
+materialised and every value several kernels compute given a buffer of its own, that without the latter, and the
+unfused program (the last two only while time is left); each round expands every member of the beam by one move
+(materialise one node more or one fewer) and keeps the `width` best, each scored by the rank of its preferred completion
 (every kernel at the first of its schedule options: codegen's default where the model predicts nothing much
 faster, else the cheapest; `space.rank`). Schedules: each kept boundary set is completed kernel by kernel,
 keeping the `width` best partial assignments by their schedules' ranks (`space.ScheduleOptions`), decided
@@ -16,6 +17,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .space import Boundaries, Candidate, CandidateSpace
+
+
+ALWAYS_STARTED = 2   # the starts scored even past the deadline: the greedy partition and `computed_once`
 
 
 @dataclass(frozen=True)
@@ -43,9 +47,11 @@ def beam(space: CandidateSpace, cfg: BeamConfig, deadline: float = math.inf,
 
 
 def _boundary_beam(space: CandidateSpace, cfg: BeamConfig, deadline: float) -> list[Boundaries]:
-    starts = [space.greedy(), space.operands_materialised(), space.computed_once(), space.unfused()]
     scores: dict[Boundaries, float] = {}
-    for boundaries in starts:
+    for order, start in enumerate((space.greedy, space.computed_once, space.operands_materialised, space.unfused)):
+        if order >= ALWAYS_STARTED and time.monotonic() > deadline:
+            break              # a deep model's starts take seconds each to legalise and schedule
+        boundaries = start()
         if space.expression_ok(boundaries):
             scores[boundaries] = space.best_rank(boundaries)
     frontier = _top(scores, cfg.width)

@@ -313,6 +313,8 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     if roots and time.monotonic() < run.deadline:
         mcts(spaces, roots, run.evaluate, cfg.mcts, run.deadline)
     for space in spaces:
+        if space.form > 0 and time.monotonic() > run.deadline:
+            break              # another form's greedy partition, unscored, takes seconds to schedule at depth
         greedy = _greedy_candidate(space)
         if greedy is not None:
             run.score(greedy, space.seconds(greedy))

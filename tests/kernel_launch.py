@@ -32,8 +32,8 @@ def run_rendered(program: KernelProgram, kernels: Sequence[RenderedKernel],
             buffers[name].fill_bytes(POISON)
     launches = []
     for kernel in kernels:
-        cubin = compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90")
-        function = runtime.Module(cubin).function(kernel.name)
+        cubin = compile_cubin(kernel.build_source, kernel.name, arch=kernel.arch or "sm_90")   # as the pipeline does
+        function = runtime.Module(cubin).function(kernel.entry)
         pointers = {name: buf.ptr for name, buf in buffers.items()}
         args = launch_arguments(kernel.params, kernel.tensor_maps, pointers)
         launches.append(runtime.Launch(function, kernel.grid, kernel.block, args, kernel.shared_bytes))
