@@ -37,7 +37,7 @@ import struct
 import sys
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +129,10 @@ def compile_many(
     `workers` defaults to `knobs.compile_workers()`.
     """
     jobs = [_job(source, name, (own or [arch])[0], options, cache_dir) for source, name, *own in kernels]
+    for job in jobs:                    # those `prefetch` started: waited for, then read from the cache
+        started = _prefetched.pop(job.entry, None)
+        if started is not None:
+            wait([started])
     cubins: dict[Path, bytes] = {}
     misses: dict[Path, _Job] = {}       # one job per cache entry: equal sources compile once
     for job in jobs:
@@ -143,6 +147,32 @@ def compile_many(
     else:
         cubins.update(_compile_in_pool(list(misses.values()), workers))
     return [cubins[job.entry] for job in jobs]
+
+
+def prefetch(
+    kernels: Sequence[tuple[str, str] | tuple[str, str, str]],
+    arch: str = DEFAULT_ARCH,
+    options: Sequence[str] = (),
+    cache_dir: Path | None = None,
+    workers: int | None = None,
+) -> int:
+    """Start compiling the cache misses among `kernels` (as compile_many takes them) in the worker pool, and return
+    at once how many were started: a compile_many that needs one of them later waits for it instead of compiling it
+    again. A failure is not raised here; it is compiled again, and raised, by that compile_many."""
+    jobs = {job.entry: job for job in (_job(source, name, (own or [arch])[0], options, cache_dir)
+                                       for source, name, *own in kernels)
+            if job.entry not in _prefetched and not job.entry.exists()}
+    if not jobs:
+        return 0
+    try:
+        pool = _worker_pool(workers or compile_workers())
+        _prefetched.update({entry: pool.submit(_compile_job, job) for entry, job in jobs.items()})
+    except (BrokenProcessPool, RuntimeError):   # no pool: compile_many compiles them when they are needed
+        return 0
+    return len(jobs)
+
+
+_prefetched: dict[Path, Future[bytes]] = {}   # compiles prefetch started, by cache entry
 
 
 def _job(source: str, name: str, arch: str, options: Sequence[str], cache_dir: Path | None) -> _Job:

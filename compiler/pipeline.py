@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 from tensorsmith import rewrites, search
 from tensorsmith.codegen.launch_cost import measured_launch_seconds
-from tensorsmith.codegen.nvrtc import compile_many
+from tensorsmith.codegen.nvrtc import compile_many, prefetch
 from tensorsmith.codegen.render import MEASURED_PLACEHOLDER, RenderedKernel, render_program
 from tensorsmith.codegen.runtime import device_name, gpu_available
 from tensorsmith.ir.errors import DeviceError, GraphError, InputError, TensorsmithError
@@ -148,7 +148,18 @@ def _search_chosen(c: Compilation, measure: Callable[[KernelProgram], float] | N
         c.reference_s = time.monotonic() - began
     return search.search_program(c.chosen_graph(), c.target, budget, c.options.seed, measure=measure,
                                  progress=c.options.progress, reference=c.graph, draws=c.draws,
-                                 reference_s=c.reference_s, forms=[form.graph for form in c.forms[1:]])
+                                 reference_s=c.reference_s, forms=[form.graph for form in c.forms[1:]],
+                                 on_leader=partial(_prefetch, c))
+
+
+def _prefetch(c: Compilation, program: KernelProgram) -> None:
+    """NVRTC started on the kernels of the program the search will most likely return, in worker processes while
+    the search goes on, so that the nvrtc stage finds them compiled (a deep model's kernels took seconds)."""
+    try:
+        rendered = render_program(program, VERSION, c.target.arch)
+    except Exception:   # NotFusable or a template's refusal: the search rejects such a candidate itself
+        return
+    prefetch([(k.build_source, k.name, k.arch or c.target.arch) for k in rendered], arch=c.target.arch)
 
 
 MIN_SEARCH_SHARE = 0.5   # of the budget, left to the search however long saturation took

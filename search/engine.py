@@ -276,7 +276,8 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
                    measure: Measure | None = None, progress: Callable[[SearchProgress], None] | None = None,
                    config: SearchConfig | None = None, reference: Graph | None = None,
                    draws: dict[int, Draw | None] | None = None, reference_s: float | None = None,
-                   forms: Sequence[Graph] = ()) -> SearchResult:
+                   forms: Sequence[Graph] = (), on_leader: Callable[[KernelProgram], None] | None = None
+                   ) -> SearchResult:
     """The fastest verified KernelProgram for `graph`, or for one of `forms` (graphs equivalent to it, with its inputs
     and outputs), that the search finds within `budget_s` seconds; `result.form` says which (0: `graph`).
 
@@ -286,7 +287,9 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
     use the same draws after the search (`reference_s`: how long the first draw's reference took, where `draws`
     holds it already, since it sizes the verification's share of the budget). A candidate is tested on as many of
     `config.verify_draws` ordinary draws as are expected to end within the budget, at least one (and on the
-    large-magnitude one where it applies): the budget can be overrun by that.
+    large-magnitude one where it applies): the budget can be overrun by that. `on_leader` is given the program the
+    first form's beam ranks best, as soon as it is known: what the search most likely returns, which the caller may
+    start compiling while the search goes on.
 
     >>> result = search_program(graph, "sm90", budget_s=10)
     >>> result.program.kernels[0].schedule, result.stats.verified
@@ -302,6 +305,8 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
                draws=draws if draws is not None else {})
     run.deadline -= _verification_reserve(run, budget_s, reference_s)
     ranked = [beam(spaces[0], cfg.beam, _beam_deadline(run), run.score)]
+    if on_leader is not None and ranked[0]:
+        on_leader(spaces[0].build(ranked[0][0][1]))
     share = _form_share(run)   # every form's beam before any measurement, which may take what is left
     ranked += [beam(space, cfg.beam, min(run.deadline, time.monotonic() + share), run.score)
                if time.monotonic() < run.deadline else []        # a form met after the deadline is not searched

@@ -295,3 +295,21 @@ def test_a_compile_killed_during_nvrtc_leaves_no_process_behind(tmp_path: Path) 
     finally:
         compile_.kill()
         processes.kill(children)
+
+
+def test_prefetched_kernels_compile_in_the_pool_and_are_waited_for_not_compiled_again(cache_dir, nvrtc_calls):
+    """The search starts NVRTC on its likely winner's kernels while it goes on; the nvrtc stage then waits for
+    those compiles (or reads them from the cache) rather than running NVRTC again."""
+    kernels = distinct_kernels(3)
+    assert nvrtc.prefetch(kernels, workers=2) == 3
+    assert nvrtc.prefetch(kernels, workers=2) == 0          # started already
+    cubins = nvrtc.compile_many(kernels + [(HALF_KERNEL, "axpb_half")], workers=1)
+    assert nvrtc_calls == ["axpb_half"]                      # the three came from the workers
+    assert cubins[:3] == [nvrtc.compile_cubin(source, name, cache_dir=cache_dir / "other") for source, name in kernels]
+    assert nvrtc.prefetch(kernels) == 0 and not nvrtc._prefetched   # cached now: nothing to start
+
+
+def test_a_prefetched_kernel_that_fails_is_raised_by_the_compile_that_needs_it(cache_dir):
+    assert nvrtc.prefetch([(BROKEN_KERNEL, "broken")], workers=2) == 1
+    with pytest.raises(CompileError, match='broken.cu\\(3\\): error: expected a ";"'):
+        nvrtc.compile_many([(BROKEN_KERNEL, "broken")])
