@@ -285,6 +285,9 @@ def format_table(doc: dict) -> str:
     report = doc.get("report", {})
     count = len(doc["kernels"])
     title = f"{doc['graph']} for {doc['target']}: {count} kernel{'s' if count != 1 else ''}"
+    functions = len({k.get("entry", k["name"]) for k in doc["kernels"]})
+    if functions < count:
+        title += f" ({functions} distinct: kernels that compute alike, as identical layers' do, are one function)"
     if report.get("total_ms") is not None:
         title += f", {us(report['total_ms'])} measured"
     else:

@@ -3,6 +3,7 @@ own tensors (weights, buffers, folded constants), and a program called as the mo
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import re
 from dataclasses import dataclass, field
@@ -30,12 +31,21 @@ class ImportedModel:
     arguments: list[str] = field(default_factory=list)      # graph inputs the model's caller gives, in order
     bound: dict[str, Any] = field(default_factory=dict)     # graph inputs bound to the model's tensors
     outputs: list[str] = field(default_factory=list)        # graph outputs in the order the model returns them
+    folded: dict[tuple, Tensor] = field(default_factory=dict)   # bind_folded's inputs, by shape, dtype and content
 
     def bind(self, hint: str, value: Any, shape: tuple[int, ...], dtype: DType) -> Tensor:
         """A new graph input named after `hint` (made unique), bound to `value`."""
         name = self._unique(hint)
         self.bound[name] = value
         return self.graph.input(name, shape, dtype)
+
+    def bind_folded(self, hint: str, value: Any, shape: tuple[int, ...], dtype: DType, content: bytes) -> Tensor:
+        """A graph input bound to a value the importer folded (it depends on no input), one per distinct value:
+        each layer of a model folds the same RoPE tables and causal mask again, which are then one buffer."""
+        key = (shape, dtype, hashlib.sha256(content).hexdigest())
+        if key not in self.folded:
+            self.folded[key] = self.bind(hint, value, shape, dtype)
+        return self.folded[key]
 
     def argument(self, hint: str, shape: tuple[int, ...], dtype: DType) -> Tensor:
         """A new graph input for one of the model's arguments (named after `hint`, made unique)."""

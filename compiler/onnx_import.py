@@ -198,7 +198,8 @@ class _Known:
             held = array.astype(np.int32) if array.dtype == np.int64 else array
             if dtype in LARGEST_FINITE:   # infinities as the largest finite values, as a constant's are (finite)
                 held = np.clip(held, -LARGEST_FINITE[dtype], LARGEST_FINITE[dtype])
-            tensor = self.imported.bind(self.names.get(id(value), "folded"), held, array.shape, dtype)
+            tensor = self.imported.bind_folded(self.names.get(id(value), "folded"), held, array.shape, dtype,
+                                               np.ascontiguousarray(held).tobytes())
         self.tensors[id(value)] = (value, tensor)
         return tensor
 

@@ -161,7 +161,8 @@ def _tensor(value: Any, imported: ImportedModel, what: str) -> Tensor:
     held = tensor.detach()
     if dtype in LARGEST_FINITE:   # infinities as the largest finite values, as a constant's are (imported.finite)
         held = held.clamp(-LARGEST_FINITE[dtype], LARGEST_FINITE[dtype])
-    return imported.bind("folded", held, tuple(tensor.shape), dtype)
+    content = held.double().cpu().numpy().tobytes()   # exact for every dtype held (numpy has no bfloat16)
+    return imported.bind_folded("folded", held, tuple(tensor.shape), dtype, content)
 
 
 def _tensors(value: Any, imported: ImportedModel, what: str) -> Any:

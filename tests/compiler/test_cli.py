@@ -125,6 +125,33 @@ def test_inspect_prints_the_saved_table(tmp_path: Path, capsys: pytest.CaptureFi
     assert "softmax_y" in printed and "row_reduce" in printed
 
 
+LAYERS_MODEL = """
+import tensorsmith as ts
+from tensorsmith import nn
+
+
+def build() -> ts.Graph:
+    g = ts.Graph("layers")
+    x = g.input("x", (64, 128), "float16")
+    for layer in range(4):
+        h = nn.rms_norm(x, g.input(f"gain{layer}", (128,), "float16"))
+        x = x + nn.silu(h @ g.input(f"w{layer}", (128, 128), "float16"))
+    g.output("y", x)
+    return g
+"""
+
+
+def test_identical_layers_compile_to_shared_functions_and_the_table_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, out = tmp_path / "layers.py", tmp_path / "out"
+    model.write_text(LAYERS_MODEL)
+    assert main(["compile", str(model), "-o", str(out), "--no-profile", "--budget", "5"]) == 0
+    doc = json.loads((out / "program.json").read_text())
+    entries = [kernel["entry"] for kernel in doc["kernels"]]
+    assert len(set(entries)) < len(entries) and len({kernel["name"] for kernel in doc["kernels"]}) == len(entries)
+    assert f"({len(set(entries))} distinct: kernels that compute alike" in capsys.readouterr().out
+
+
 def test_inspect_of_a_folder_that_is_not_a_program(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", str(tmp_path)]) == 2
     assert "is not a compiled program folder" in capsys.readouterr().err

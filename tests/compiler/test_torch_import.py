@@ -153,6 +153,24 @@ def test_values_that_depend_on_no_input_are_folded_at_import() -> None:
     assert _relative(program(x), module(x)) < 1e-6
 
 
+def test_a_value_folded_again_in_each_layer_is_one_bound_input() -> None:
+    """Each layer of a model recomputes its causal mask (and RoPE tables) from shapes alone: folded at import, equal
+    values are one bound input, whichever layer folded them; a different value is one of its own."""
+    class Layers(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            n = x.shape[-1]
+            for scale in (1.0, 1.0, 1.0, 2.0):        # three layers with one mask, a fourth with another
+                mask = (torch.arange(n)[None, :] <= torch.arange(n)[:, None]) * scale
+                x = torch.softmax(x + mask, dim=-1)
+            return x
+    module = Layers()
+    imported = import_torch(module, (torch.randn(6, 6),))
+    assert len([name for name in imported.bound if name.startswith("folded")]) == 2
+    program = from_torch(module, (torch.randn(6, 6),), profile=False, **QUICK)
+    x = torch.randn(6, 6)
+    assert _relative(program(x), module(x)) < 1e-6
+
+
 def test_an_op_with_no_lowering_is_reported_by_name_and_line() -> None:
     class Ranked(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
