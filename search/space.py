@@ -171,6 +171,11 @@ class CandidateSpace:
         self.refuted = verdict is False
         return not self.refuted
 
+    def leave_form_undecided(self) -> bool:
+        """The form is not checked against the user's graph (no time is left for it): counted undecided."""
+        self.stats.expression_undecided += 1
+        return True
+
     def expression_ok(self, boundaries: Boundaries) -> bool:
         """Z3 check (a): the program's abstract expression is its graph's (or Z3 cannot tell), in a form not refuted."""
         if self.refuted:

@@ -30,10 +30,10 @@ def _scheduled(graph: ts.Graph) -> KernelProgram:
                                                  for k in program.kernels])
 
 
-def _layers(name: str = "layers") -> ts.Graph:
-    g = ts.Graph(name)   # the same layer four times: the middle layers' kernels have one signature
+def _layers(name: str = "layers", depth: int = 4) -> ts.Graph:
+    g = ts.Graph(name)   # the same layer `depth` times: the middle layers' kernels have one signature
     x = g.input("x", (64, 128), "float16")
-    for layer in range(4):
+    for layer in range(depth):
         x = nn.gelu(nn.linear(x, g.input(f"w{layer}", (128, 128), "float16"), g.input(f"b{layer}", (128,), "float16")))
     g.output("y", x)
     return g
@@ -66,6 +66,18 @@ def test_a_program_whose_kernels_were_measured_is_timed_without_running_it() -> 
     signatures = [kernel_signature(k, program, "NVIDIA H200") for k in program.kernels]
     assert len(set(signatures)) < len(signatures)          # the second layer's kernels are the first's
     assert first == sum(times.seconds[s] for s in signatures) + LAUNCH_S * len(signatures)
+
+
+def test_a_deeper_model_of_the_same_layers_measures_nothing_new() -> None:
+    """Two sizes of one family at one width (4 and 16 layers): every kernel of the deeper one was measured in the
+    shallower one, so it is checked, not timed."""
+    gpu, times = FakeGPU(), KernelTimes(None, "NVIDIA H200")
+    times.program_seconds(_scheduled(_layers("small", 4)), gpu, gpu.check, LAUNCH_S)
+    deeper = _scheduled(_layers("deep", 16))
+    seconds = times.program_seconds(deeper, gpu, gpu.check, LAUNCH_S)
+    assert gpu.runs == ["small"] and gpu.checked == ["deep"] and times.reused_programs == 1
+    assert len(deeper.kernels) == 16 and seconds == sum(
+        times.seconds[kernel_signature(k, deeper, "NVIDIA H200")] for k in deeper.kernels) + 16 * LAUNCH_S
 
 
 def test_a_new_schedule_or_another_gpu_is_measured_again(tmp_path: Path) -> None:
