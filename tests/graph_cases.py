@@ -160,6 +160,18 @@ def deep_shared_chain(links: int = 1000) -> ts.Graph:
     return g
 
 
+def residual_layers(depth: int, tokens: int = 64, width: int = 256) -> ts.Graph:
+    """Pre-norm residual layers, each with weights of its own (norm, matmul, activation, residual add): the
+    structure a model repeats, for the tests of compile time and kernels at depth."""
+    g = ts.Graph("layers")
+    x = g.input("x", (tokens, width), "float16")
+    for layer in range(depth):
+        h = nn.rms_norm(x, g.input(f"gain{layer}", (width,), "float16"))
+        x = x + nn.silu(h @ g.input(f"w{layer}", (width, width), "float16"))
+    g.output("y", x)
+    return g
+
+
 CASES: dict[str, Callable[[], ts.Graph]] = {
     "pointwise_math": _pointwise_math, "views": _views, "broadcast_bf16": _broadcast_bf16,
     "integers": _integers, "lookups": _lookups, "column_sum": _column_sum, "full_sum": _full_sum, "norms": _norms,

@@ -3,17 +3,19 @@ partition, a measured candidate, the chosen program), it comes from the cache, i
 from __future__ import annotations
 
 import pytest
-from graph_cases import decoder_block
+from graph_cases import decoder_block, residual_layers
 
 import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.codegen.emit import NotFusable
 from tensorsmith.codegen.render import RENDERS, check_renders, render_kernel, render_program
-from tensorsmith.ir.kernel_program import KernelProgram, kernel_structure
+from tensorsmith.ir.kernel_program import kernel_structure
+from tensorsmith.ir.targets import get_target
 from tensorsmith.search.beam import BeamConfig
 from tensorsmith.search.engine import SearchConfig, search_program
 from tensorsmith.search.mcts import MCTSConfig
 from tensorsmith.search.partition import build_program, legalise, materialisable, partition
+from tensorsmith.search.space import CandidateSpace
 
 
 def norm_then_matmul(x: str, w: str) -> ts.Graph:
@@ -85,24 +87,11 @@ def test_a_search_renders_each_structure_and_schedule_once_and_its_winner_from_t
     assert result.stats.boundary_sets > 1   # so kernels were met again, in other partitions
 
 
-def stacked_layers(layers: int) -> KernelProgram:
-    """Norm, matmul and residual per layer, each layer with weights of its own, the way a model's layers are, as
-    kernels with the residual stream in buffers."""
-    g = ts.Graph("stacked")
-    x = g.input("x", (64, 256), "float16")
-    residual = []
-    for layer in range(layers):
-        h = nn.rms_norm(x, g.input(f"gain{layer}", (256,), "float16"))
-        x = x + nn.silu(h @ g.input(f"w{layer}", (256, 256), "float16"))
-        residual.append(id(x.node))
-    g.output("y", x)
-    return legalise(g, set(residual))[0]
-
-
 def test_identical_layers_are_one_function_and_one_build_source_under_their_own_names() -> None:
     """What NVRTC compiles (`build_source`) names no buffer and no kernel, so the kernels of a model's identical
     layers are one compile; each keeps its own name in its file's header and in the report."""
-    kernels = render_program(stacked_layers(3), "v1")
+    space = CandidateSpace(residual_layers(3), get_target("sm90"))
+    kernels = render_program(space.program(space.computed_once()), "v1")   # the residual stream in buffers
     by_build: dict[str, list] = {}
     for kernel in kernels:
         by_build.setdefault(kernel.build_source, []).append(kernel)

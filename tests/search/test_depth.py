@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 
 import pytest
+from graph_cases import residual_layers as layers
 
-import tensorsmith as ts
-from tensorsmith import nn
 from tensorsmith.ir.kernel_program import kernel_structure
 from tensorsmith.ir.targets import get_target
 from tensorsmith.search.partition import build_program, legalise, materialisable, recomputed
@@ -16,17 +15,6 @@ from tensorsmith.search.space import CandidateSpace
 
 SM90 = get_target("sm90")
 partition_module = sys.modules["tensorsmith.search.partition"]   # the package exports a function of that name
-
-
-def layers(depth: int, tokens: int = 64, width: int = 256) -> ts.Graph:
-    """Pre-norm residual layers, each with weights of its own: norm, matmul, activation, residual add."""
-    g = ts.Graph("layers")
-    x = g.input("x", (tokens, width), "float16")
-    for layer in range(depth):
-        h = nn.rms_norm(x, g.input(f"gain{layer}", (width,), "float16"))
-        x = x + nn.silu(h @ g.input(f"w{layer}", (width, width), "float16"))
-    g.output("y", x)
-    return g
 
 
 def test_each_kernel_structure_is_scheduled_once_however_many_layers() -> None:
