@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,9 @@ NUMPY_DTYPES = {np.dtype(np.float32): DType.FLOAT32, np.dtype(np.float16): DType
 
 def from_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None, **compile_options: Any) -> ImportedProgram:
     """`model` (a path or an onnx.ModelProto) imported and compiled (`compile_options` as ts.compile takes them)."""
+    began = time.monotonic()   # the import is inside the budget
     imported = import_onnx(model, shapes)
-    return ImportedProgram(imported, ts_compile(imported.graph, **compile_options))
+    return ImportedProgram(imported, ts_compile(imported.graph, **{"began": began, **compile_options}))
 
 
 def import_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None,

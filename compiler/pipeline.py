@@ -51,6 +51,7 @@ class CompileOptions:
     progress: Callable[[object], None] | None = None   # a stage's name, or the search's SearchProgress
     rewrites: bool = True              # False: the graph as written is searched, the e-graph not built
     example_inputs: Mapping[str, Any] | None = None   # verification's first draw, where the user gives one
+    began: float | None = None         # time.monotonic() when the budget began (an importer's start); None: now
 
 
 @dataclass
@@ -308,7 +309,7 @@ STAGES: list[Stage] = [
 def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: int = 0,
             profile: bool | None = None, progress: Callable[[object], None] | bool | None = None,
             cache: bool = True, cache_dir: str | Path | None = None, rewrites: bool = True,
-            example_inputs: Mapping[str, Any] | None = None) -> Program:
+            example_inputs: Mapping[str, Any] | None = None, began: float | None = None) -> Program:
     """Compile `graph` for `target` into a verified Program (profiled where a GPU is present).
 
     `budget_s` bounds the whole compile but for the winner's verification (see `compile --help`). A graph compiled
@@ -317,12 +318,13 @@ def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: in
     a terminal, else to the "tensorsmith" logger at INFO; False says nothing. `rewrites=False` compiles the graph as
     written: no e-graph, only its kernel boundaries and schedules searched (to compare with, or to rule out a rewrite).
     `example_inputs` (arrays by input name, at the scale the program will see) are the first inputs every candidate
-    is tested on, before random ones.
+    is tested on, before random ones. `began` (a time.monotonic() reading) starts the budget earlier than the call:
+    ts.from_torch and ts.from_onnx pass when their import began, so that the import is inside the budget.
     """
     reporter = default_progress(graph.name, len(STAGES)) if progress is None or progress is True else None
     callback = reporter if reporter is not None else progress if callable(progress) else None
     try:
-        options = CompileOptions(target, budget_s, seed, profile, callback, rewrites, example_inputs)
+        options = CompileOptions(target, budget_s, seed, profile, callback, rewrites, example_inputs, began)
         store = ProgramCache(Path(cache_dir) if cache_dir else None) if cache else None
         return _compile(graph, options, store)
     finally:
@@ -362,7 +364,7 @@ def _compile(graph: Graph, options: CompileOptions, store: ProgramCache | None) 
         began = time.monotonic()
         compilation.draws[0] = example_draw(graph, examples)
         compilation.reference_s = time.monotonic() - began
-    compilation.deadline = time.monotonic() + budget_s
+    compilation.deadline = (options.began if options.began is not None else time.monotonic()) + budget_s
     for stage in STAGES:
         if progress:
             progress(stage.name)

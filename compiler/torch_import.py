@@ -13,6 +13,7 @@ import operator
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,8 +53,9 @@ def from_torch(module: Any, example_inputs: Sequence[Any], **compile_options: An
 
     >>> prog = ts.from_torch(model, (x,), budget_s=30); y = prog(x)
     """
+    began = time.monotonic()   # the import is inside the budget
     imported = import_torch(module, example_inputs)
-    return ImportedProgram(imported, ts_compile(imported.graph, **compile_options))
+    return ImportedProgram(imported, ts_compile(imported.graph, **{"began": began, **compile_options}))
 
 
 def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = None) -> ImportedModel:

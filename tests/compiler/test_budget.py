@@ -116,3 +116,24 @@ def test_a_sixteen_layer_model_compiles_within_one_and_a_half_budgets(tmp_path, 
     program = ts.compile(residual_layers(16), budget_s=10.0, profile=False, cache=False, progress=False)
     assert time.monotonic() - began < 15.0
     assert len(program.kernels) >= 32 and len({kernel.symbol for kernel in program.kernels}) <= 4
+
+
+def test_an_import_is_inside_the_budget(monkeypatch) -> None:
+    """ts.from_torch's budget begins when its import does: a slow export leaves the search less."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    from tensorsmith import torch_import
+    given: list[float] = []
+    real_search, real_import = pipeline.search.search_program, torch_import.import_torch
+
+    def recording(graph, target, budget_s, *args, **kwargs):
+        given.append(budget_s)
+        return real_search(graph, target, budget_s, *args, **kwargs)
+
+    def slow_import(*args, **kwargs):
+        time.sleep(3.0)
+        return real_import(*args, **kwargs)
+    monkeypatch.setattr(pipeline.search, "search_program", recording)
+    monkeypatch.setattr(torch_import, "import_torch", slow_import)
+    torch_import.from_torch(torch.nn.Linear(8, 8), (torch.randn(4, 8),), budget_s=20.0, profile=False, cache=False,
+                            progress=False)
+    assert 10.0 <= given[0] < 17.0        # 20 s less the 3 s import and what saturation took
