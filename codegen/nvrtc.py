@@ -128,7 +128,7 @@ def compile_many(
     them one by one in this order would raise first. Two misses or fewer, or `workers=1`, compile here;
     `workers` defaults to `knobs.compile_workers()`.
     """
-    jobs = [_job(source, name, (own or [arch])[0], options, cache_dir) for source, name, *own in kernels]
+    jobs = _jobs(kernels, arch, options, cache_dir)
     for job in jobs:                    # those `prefetch` started: waited for, then read from the cache
         started = _prefetched.pop(job.entry, None)
         if started is not None:
@@ -159,8 +159,7 @@ def prefetch(
     """Start compiling the cache misses among `kernels` (as compile_many takes them) in the worker pool, and return
     at once how many were started: a compile_many that needs one of them later waits for it instead of compiling it
     again. A failure is not raised here; it is compiled again, and raised, by that compile_many."""
-    jobs = {job.entry: job for job in (_job(source, name, (own or [arch])[0], options, cache_dir)
-                                       for source, name, *own in kernels)
+    jobs = {job.entry: job for job in _jobs(kernels, arch, options, cache_dir)
             if job.entry not in _prefetched and not job.entry.exists()}
     if not jobs:
         return 0
@@ -173,6 +172,12 @@ def prefetch(
 
 
 _prefetched: dict[Path, Future[bytes]] = {}   # compiles prefetch started, by cache entry
+
+
+def _jobs(kernels: Sequence[tuple[str, str] | tuple[str, str, str]], arch: str, options: Sequence[str],
+          cache_dir: Path | None) -> list[_Job]:
+    """A job for each (source, name) or (source, name, its own arch) that compile_many and prefetch take."""
+    return [_job(source, name, (own or [arch])[0], options, cache_dir) for source, name, *own in kernels]
 
 
 def _job(source: str, name: str, arch: str, options: Sequence[str], cache_dir: Path | None) -> _Job:

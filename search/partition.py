@@ -120,10 +120,7 @@ def inside_operands(graph: Graph, operands: list[Node]) -> list[Node]:
     elementwise, nothing else reading it (the activation then its epilogue). Other matmuls and attentions keep
     kernels of their own."""
     nodes = graph.nodes()
-    readers: dict[int, list[Node]] = {}
-    for node in nodes:
-        for src in node.srcs:
-            readers.setdefault(id(src), []).append(node)
+    readers = _readers(nodes)
     products = {id(node) for node in nodes
                 if node.op == Op.SUM and (tensor_core_match(node) is not None or attention_match(node) is not None)}
     keep = {id(node) for node in operands} | products
@@ -161,10 +158,7 @@ def recomputed(graph: Graph, materialised: set[int]) -> list[Node]:
 def absorbed(graph: Graph, materialised: set[int], added: list[Node]) -> set[int]:
     """The ids of nodes of `materialised` that only the kernels of `added` (nodes about to get buffers) read: a
     matmul whose one reader is a residual add given a buffer, which then computes it, the add as its epilogue."""
-    readers: dict[int, list[Node]] = {}
-    for node in graph.nodes():
-        for src in node.srcs:
-            readers.setdefault(id(src), []).append(node)
+    readers = _readers(graph.nodes())
     stops = materialised | {id(node) for node in added} | {id(node) for node in graph.inputs.values()}
     found: set[int] = set()
     for root in added:
@@ -173,6 +167,15 @@ def absorbed(graph: Graph, materialised: set[int], added: list[Node]) -> set[int
         found |= {id(node) for node in cone if id(node) in materialised and node is not root
                   and all(id(reader) in inside for reader in readers.get(id(node), []))}
     return found
+
+
+def _readers(nodes: list[Node]) -> dict[int, list[Node]]:
+    """Each node's readers among `nodes`, by the read node's id."""
+    readers: dict[int, list[Node]] = {}
+    for node in nodes:
+        for src in node.srcs:
+            readers.setdefault(id(src), []).append(node)
+    return readers
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
