@@ -33,6 +33,7 @@ from tensorsmith.ir.kernel_program import Buffer
 
 from .compiled import CompiledKernel, CompiledProgram
 from .isolation import Worker, WorkerCrashed, WorkerStartFailed, WorkerTimedOut
+from .shared_arrays import SharedArrays, received
 
 
 log = logging.getLogger(__name__)
@@ -230,6 +231,7 @@ class InWorker:
         self.timeout_slack = timeout_slack
         self.worker = worker or Worker()
         self._held: tuple[int, object, int] | None = None   # (worker start, the arrays, their key there)
+        self._shared: tuple[object, SharedArrays] | None = None   # the arrays, as a worker (a new one too) receives them
         self._keys = itertools.count()
         self._fallback: InProcess | None = None
 
@@ -261,6 +263,9 @@ class InWorker:
     def close(self) -> None:
         self.worker.close()
         self._held = None
+        if self._shared is not None:
+            self._shared[1].close()
+            self._shared = None
 
     def __enter__(self) -> InWorker:
         return self
@@ -275,7 +280,12 @@ class InWorker:
         if held is not None and held[0] == self.worker.starts and held[1] is arrays:
             return held[2]
         key = next(self._keys)
-        self.worker.call(_hold_inputs, key, arrays, timeout_s=self.timeout_floor_s + self.worker.start_timeout_s)
+        if self._shared is None or self._shared[0] is not arrays:
+            if self._shared is not None:
+                self._shared[1].close()
+            self._shared = (arrays, SharedArrays(arrays))
+        self.worker.call(_hold_inputs, key, self._shared[1].payload,
+                         timeout_s=self.timeout_floor_s + self.worker.start_timeout_s)
         self._held = (self.worker.starts, arrays, key)
         return key
 
@@ -285,11 +295,12 @@ class InWorker:
 _held_inputs: dict[int, dict[str, np.ndarray]] = {}
 
 
-def _hold_inputs(key: int, arrays: dict[str, np.ndarray]) -> None:
-    """In the worker: keep `arrays` under `key` (only the latest set is kept), and open the CUDA context (where
-    there is a GPU), so that a measurement's deadline counts the kernels, not the driver's start."""
+def _hold_inputs(key: int, payload: dict[str, np.ndarray | str]) -> None:
+    """In the worker: keep the payload's arrays (shared_arrays) under `key` (only the latest set is kept), and open
+    the CUDA context (where there is a GPU), so that a measurement's deadline counts the kernels, not the driver's
+    start."""
     _held_inputs.clear()
-    _held_inputs[key] = arrays
+    _held_inputs[key] = received(payload)
     if runtime.gpu_available():
         runtime.device_properties()
 

@@ -6,6 +6,7 @@ from enum import Enum
 import numpy as np
 
 from .errors import DTypeError, user_location
+from .host_arrays import cast
 
 
 class DType(Enum):
@@ -92,15 +93,20 @@ def round_to_register(values: np.ndarray, dtype: DType) -> np.ndarray:
         return bfloat16_to_float(float_to_bfloat16(values))
     if dtype.is_float:
         with np.errstate(over="ignore"):   # a value past float16's range is inf, as the GPU stores it
-            return np.asarray(values).astype(numpy_dtype(dtype), copy=False).astype(np.float32, copy=False)
-    return np.asarray(values).astype(numpy_dtype(dtype), copy=False)
+            return cast(cast(values, numpy_dtype(dtype)), np.float32)
+    return cast(values, numpy_dtype(dtype))
+
+
+def host_float_dtype(dtype: DType) -> np.dtype:
+    """What `round_to_host` holds a float dtype's values in."""
+    return np.dtype(np.float16 if dtype == DType.FLOAT16 else np.float32)
 
 
 def round_to_host(values: np.ndarray, dtype: DType) -> np.ndarray:
     """Float32 values rounded to a float dtype and held as the host holds it: float16 as float16, float32 and
     bfloat16 (its values, rounded) as float32."""
     if dtype == DType.FLOAT16:
-        return values.astype(np.float16)
+        return cast(values, np.float16)
     if dtype == DType.BFLOAT16:
         return bfloat16_to_float(float_to_bfloat16(values))
     return values.astype(np.float32, copy=False)

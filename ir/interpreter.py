@@ -17,6 +17,7 @@ import numpy as np
 from .dtypes import DType, round_to_register
 from .errors import InputError
 from .graph import Graph
+from .host_arrays import cast
 from .node import Node, toposort
 from .ops import VIEWS, Op
 from .patterns import GatherMatch, MatmulMatch, lookup_ids, lookup_reads, match_gather, match_matmul
@@ -142,7 +143,8 @@ def held_sizes(roots: Iterable[Node]) -> list[int]:
 
 def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
                    roots_only: bool = False, rounded: bool = False,
-                   registers: bool = False, stream: bool = True) -> dict[int, np.ndarray]:
+                   registers: bool = False, stream: bool = True,
+                   watch: Callable[[Node, np.ndarray], None] | None = None) -> dict[int, np.ndarray]:
     """Values of every node needed for `roots`, keyed by id(node); INPUT nodes read `leaves[name]`.
 
     A matrix product written as sum(expand(a) * expand(b)) is evaluated with np.matmul rather than by
@@ -156,7 +158,8 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
     operands are rounded to their dtype, as the tensor cores take them; overflow gives inf as on the GPU. With
     `rounded`, as `registers` but every float value an op computes is also rounded to its node's dtype, as memory
     of that dtype would hold it: the graph at its own precision, as a program of one kernel per op computes it
-    (float32 sums and products accumulate their rounding as the GPU's do).
+    (float32 sums and products accumulate their rounding as the GPU's do). `watch(node, value)` sees each value
+    computed as it is computed, and may raise to end the evaluation early.
     """
     registers = registers or rounded
     roots = list(roots)
@@ -200,6 +203,8 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
             else:
                 value = _computed(node, [values[id(s)] for s in node.srcs], registers)
             values[id(node)] = _settled(node, value, registers, rounded)
+            if watch is not None:
+                watch(node, values[id(node)])
     return values
 
 
@@ -356,7 +361,7 @@ def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.nda
             raise InputError(f"input {name!r} of graph {graph.name!r}: expected shape {node.shape}, got {value.shape}")
         if node.dtype.is_float != (value.dtype.kind == "f") or (node.dtype == DType.BOOL) != (value.dtype == bool):
             raise InputError(f"input {name!r} of graph {graph.name!r}: expected {node.dtype}, got {value.dtype}")
-        arrays[name] = value if name in tables and value.dtype.kind == "f" else value.astype(_host_dtype(node.dtype))
+        arrays[name] = value if name in tables and value.dtype.kind == "f" else cast(value, _host_dtype(node.dtype))
     for name, rows in graph_lookup_ids(graph).items():
         ids = arrays[name]
         outside = (ids < 0) | (ids >= rows)

@@ -99,17 +99,68 @@ class KernelProgram:
     inputs: tuple[str, ...]
     outputs: dict[str, str]
 
-    def execute(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def execute(self, inputs: Mapping[str, np.ndarray], memo: ExecutionMemo | None = None) -> dict[str, np.ndarray]:
         """Run the kernels in numpy as the GPU runs them: float32 arithmetic in registers, every buffer rounded to
         its dtype where a kernel stores it (so a float32 intermediate that overflows is inf here too); float
-        outputs come back as float32 arrays of the stored values."""
-        memory: dict[str, np.ndarray] = {name: round_to_register(np.asarray(inputs[name]), self.buffers[name].dtype)
-                                         for name in self.inputs}
+        outputs come back as float32 arrays of the stored values.
+
+        `memo`, kept by the caller for one set of `inputs`, holds what each kernel stored by what it computes
+        from what: a kernel whose body, and whose buffers' provenance, match one run before is not run again (the
+        search tests many programs that share most kernels)."""
+        memo = memo if memo is not None else ExecutionMemo(0)
+        memory: dict[str, np.ndarray] = {}
+        origin: dict[str, int] = {name: memo.origin(("input", name)) for name in self.inputs}
         for kernel in self.kernels:
-            values = evaluate_nodes([node for _, node in kernel.outputs], memory, roots_only=True, registers=True)
-            for name, node in kernel.outputs:
-                memory[name] = round_to_register(np.asarray(values[id(node)]), self.buffers[name].dtype)
-        return {out: memory[buf] for out, buf in self.outputs.items()}
+            key = (kernel_structure(kernel), tuple(self.buffers[w].dtype for w in kernel.writes),
+                   tuple(origin[name] for name in kernel.reads))
+            stored = memo.get(key)
+            if stored is None:
+                for name in kernel.reads:
+                    if name not in memory:   # an input, rounded where a kernel first reads it
+                        memory[name] = round_to_register(np.asarray(inputs[name]), self.buffers[name].dtype)
+                values = evaluate_nodes([node for _, node in kernel.outputs], memory, roots_only=True, registers=True)
+                stored = tuple(np.asarray(round_to_register(np.asarray(values[id(node)]), self.buffers[name].dtype))
+                               for name, node in kernel.outputs)
+                memo.put(key, stored)
+            for position, (name, value) in enumerate(zip(kernel.writes, stored)):
+                memory[name], origin[name] = value, memo.origin((key, position))
+        return {out: memory[buf] if buf in memory else round_to_register(np.asarray(inputs[buf]),
+                                                                           self.buffers[buf].dtype)
+                for out, buf in self.outputs.items()}
+
+
+class ExecutionMemo:
+    """Kernel outputs of `KernelProgram.execute` on one set of inputs, by (kernel structure, output dtypes, where
+    each buffer read came from), up to `max_bytes` (the oldest dropped first); provenance is numbered, so that a key
+    stays small at any depth."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.held = 0
+        self.hits = 0
+        self._stored: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._origins: dict[tuple, int] = {}
+
+    def origin(self, what: tuple) -> int:
+        """The number of a buffer's provenance: an input's name, or (the key of the kernel that stored it, which
+        of its outputs)."""
+        return self._origins.setdefault(what, len(self._origins))
+
+    def get(self, key: tuple) -> tuple[np.ndarray, ...] | None:
+        found = self._stored.get(key)
+        self.hits += found is not None
+        return found
+
+    def put(self, key: tuple, stored: tuple[np.ndarray, ...]) -> None:
+        size = sum(array.nbytes for array in stored)
+        if size > self.max_bytes:
+            return
+        for array in stored:     # shared by every program that runs this kernel: none may write into it
+            array.flags.writeable = False
+        self._stored[key] = stored
+        self.held += size
+        while self.held > self.max_bytes:
+            self.held -= sum(array.nbytes for array in self._stored.pop(next(iter(self._stored))))
 
 
 def kernel_structure(kernel: Kernel, lines: bool = False) -> tuple:

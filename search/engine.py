@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 from tensorsmith.ir.errors import KernelFault
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.kernel_program import KernelProgram
+from tensorsmith.ir.kernel_program import ExecutionMemo, KernelProgram
 from tensorsmith.ir.targets import Target, get_target
 
 from .beam import BeamConfig, beam
@@ -134,6 +134,7 @@ class _Run:
     last_failure: str = ""                           # why the last candidate that failed random testing failed
     checks: dict[Key, list[Check]] = field(default_factory=dict)   # the last ordinary draw's, where they pass
     draws: dict[int, Draw | None] = field(default_factory=dict)   # verify_program's memo: inputs, reference per draw
+    executions: dict[int, ExecutionMemo] = field(default_factory=dict)   # and of kernel outputs, per draw
     history: list[dict[str, Any]] = field(default_factory=list)
     stats: SearchStats = field(default_factory=SearchStats)
 
@@ -163,7 +164,8 @@ class _Run:
                 self.checks[boundaries] = verify_program(self.graph, self.space_of(candidate).build(candidate),
                                                          self.seed, draws,
                                                          large=True, memo=self.draws,
-                                                         max_draws=self.cfg.max_draws if more_draws else draws)
+                                                         max_draws=self.cfg.max_draws if more_draws else draws,
+                                                         executions=self.executions)
                 self.verdicts[boundaries] = True
                 self.stats.verified += 1
             except NoiseOnlyError as err:
@@ -212,12 +214,15 @@ class _Run:
         return max(fits, default=1)
 
     def evaluate(self, candidate: Candidate) -> float | None:
-        """MCTS's reward: measured seconds of a verified candidate, or the cost model's without `measure`."""
+        """MCTS's reward: measured seconds of a candidate, or the cost model's without `measure`. A measured
+        candidate's GPU outputs are checked against the reference on the first draw (`measure` raises where they
+        differ); its random tests on the numpy executor wait for `_choose`, which returns none that fails them (at a
+        real model's size they took most of the budget, and left the search one candidate measured)."""
         seconds = self.space_of(candidate).seconds(candidate)
         self.score(candidate, seconds)
         if self.measure is None:
             return seconds
-        if candidate in self.rejected or not self.verify(candidate):
+        if candidate in self.rejected or self.verdicts.get(key(candidate)) is False:
             return None
         if candidate not in self.measured:
             try:

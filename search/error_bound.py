@@ -24,7 +24,8 @@ import numpy as np
 
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.interpreter import SEMANTICS, check_inputs, evaluate_nodes, evaluation_plan, matmul_operands
+from tensorsmith.ir.interpreter import (SEMANTICS, check_inputs, evaluate_nodes, evaluation_plan, looked_up,
+                                       matmul_operands)
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import VIEWS, Op
 from tensorsmith.ir.patterns import match_matmul
@@ -53,12 +54,17 @@ def error_bounds(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[int, np
     """Absolute error bounds, by id(node), of every value the graph's outputs need (float64 arrays)."""
     roots = list(graph.outputs.values())
     values = evaluate_nodes(roots, check_inputs(graph, inputs))
-    streamed = evaluation_plan(roots).streamed
+    plan = evaluation_plan(roots)
     bounds: dict[int, np.ndarray] = {}
     with np.errstate(all="ignore"):
         for node in toposort(roots):
-            if id(node) in streamed:   # its source's values were never held whole: no bound (the noise judges it)
+            if id(node) in plan.streamed:   # its source's values were never held whole: no bound (the noise judges it)
                 bounds[id(node)] = np.full(node.shape, np.inf)
+            elif id(node) in plan.lookups:  # a one-hot sum picks rows: their bounds, no product rounding
+                lookup = plan.lookups[id(node)]
+                table = _like(bounds[id(lookup.values)], values[id(lookup.values)])
+                bounds[id(node)] = looked_up(lookup, table, values[id(lookup.ids)]) + _unit(node) * np.abs(
+                    np.asarray(values[id(node)], np.float64))
             elif id(node) in values:
                 bounds[id(node)] = _bound(node, values, bounds)
     return bounds

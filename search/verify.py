@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -13,11 +15,12 @@ from tensorsmith.ir.interpreter import evaluate_nodes
 from tensorsmith.ir.ops import VIEWS, Op
 from tensorsmith.ir.patterns import match_matmul
 
-from tensorsmith.ir.dtypes import DType, round_to_host
+from tensorsmith.ir.dtypes import DType, host_float_dtype, round_to_host
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.host_arrays import drawn
 from tensorsmith.ir.interpreter import check_inputs, evaluate, graph_lookup_ids, held_sizes, to_numpy
-from tensorsmith.ir.kernel_program import KernelProgram
+from tensorsmith.ir.kernel_program import ExecutionMemo, KernelProgram
 from tensorsmith.ir.node import Node, toposort
 
 from .error_bound import relative_error_bounds
@@ -126,27 +129,47 @@ def weight_scales(graph: Graph) -> dict[str, float]:
 def random_inputs(graph: Graph, seed: int, scale: float = 1.0,
                   only: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """Fresh inputs for `graph` (or those named in `only`): normal floats (never zeros; weight matrices at their
-    `weight_scales`, the rest standard), small ints (a lookup's ids: rows of its table), random bools."""
-    rng = np.random.default_rng(seed)
-    arrays = {}
+    `weight_scales`, the rest standard), small ints (a lookup's ids: rows of its table), random bools. Each input is
+    drawn from generators of its own (host_arrays.drawn), on every core: a real-size model's weights take seconds."""
     weights = weight_scales(graph)
     rows = graph_lookup_ids(graph)
     names = set(graph.inputs if only is None else only)
-    for name, node in graph.inputs.items():
+    arrays = {}
+    for key, (name, node) in enumerate(graph.inputs.items()):
         if name not in names:
             continue
-        if node.dtype.is_float:   # drawn in float32 and rounded once: a 64M-element input takes 0.3 s, not 3
-            values = rng.standard_normal(node.shape, dtype=np.float32)
-            factor = scale * weights.get(name, 1.0)
-            if factor != 1.0:
-                values *= np.float32(factor)
-            arrays[name] = round_to_host(values, node.dtype)
+        if node.dtype.is_float:   # drawn in float32 and rounded once
+            factor = np.float32(scale * weights.get(name, 1.0))
+            values = partial(_normal, factor=factor, dtype=node.dtype)
+            arrays[name] = drawn(node.shape, seed, key, values, host_float_dtype(node.dtype))
         elif node.dtype == DType.INT32:    # a lookup's ids select rows of its table
             low, high = (0, rows[name]) if name in rows else (-100, 100)
-            arrays[name] = rng.integers(low, high, node.shape, dtype=np.int32)
+            arrays[name] = drawn(node.shape, seed, key, partial(_integers, low=low, high=high), np.int32)
         else:
-            arrays[name] = rng.random(node.shape) < 0.5
+            arrays[name] = drawn(node.shape, seed, key, _bools, np.bool_)
     return arrays
+
+
+def _normal(rng: np.random.Generator, n: int, factor: np.float32, dtype: DType) -> np.ndarray:
+    values = rng.standard_normal(n, dtype=np.float32)
+    if factor != 1.0:
+        values *= factor
+    return round_to_host(values, dtype)
+
+
+def _integers(rng: np.random.Generator, n: int, low: int, high: int) -> np.ndarray:
+    return rng.integers(low, high, n, dtype=np.int32)
+
+
+def _bools(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.random(n) < 0.5
+
+
+def _uniform(rng: np.random.Generator, n: int, bound: float, dtype: DType) -> np.ndarray:
+    values = rng.random(n, dtype=np.float32)
+    values *= np.float32(2 * bound)
+    values -= np.float32(bound)
+    return round_to_host(values, dtype)
 
 
 def relative_l2(out: np.ndarray, ref: np.ndarray) -> float:
@@ -220,7 +243,10 @@ def tolerance(output: Node) -> float:
 
 
 SHORT_MAX = 4            # a max over this many elements or fewer is elementwise in disguise
-MEMO_BYTES = 1 << 30      # the most one remembered draw may hold (inputs and reference outputs)
+MEMO_SHARE = 0.25         # of this machine's memory: what the remembered draws may hold together (inputs and reference
+                          # outputs; a 16-layer Llama-3.2-1B's two draws hold about 6 GB, regenerated 10 s a candidate)
+MEMO_FLOOR = 1 << 30      # bytes they may hold wherever the machine's memory cannot be read
+EXECUTION_SHARE = 0.25    # of those bytes: what one draw's memo of kernel outputs may hold
 LARGE_MAGNITUDE = 80.0   # softmax and log-sum-exp inputs up to +-80: exp overflows float32 unless the max is taken
 
 
@@ -236,7 +262,7 @@ LARGE_SEED_OFFSET = 1000
 
 def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int = 2,
                    large: bool = False, memo: dict[int, Draw | None] | None = None,
-                   max_draws: int | None = None) -> list[Check]:
+                   max_draws: int | None = None, executions: dict[int, ExecutionMemo] | None = None) -> list[Check]:
     """Execute the KernelProgram in numpy on `draws` fresh input sets (more, up to `max_draws`, while none has met
     the dtypes' own tolerances); raise VerificationError on a mismatch, else return the last of those draws' checks.
     A draw on which the graph overflows its own dtypes is inconclusive and made up for by another (MAX_SKIPPED at
@@ -245,7 +271,9 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
     With `large`, a softmax-like graph (a max reduction and an exponential) also gets a draw uniform in
     +-LARGE_MAGNITUDE, where its dtypes allow it (`large_draw` returns None where they do not).
     `memo` keeps each draw's inputs and reference outputs between calls for the same graph and seed, so
-    that verifying many candidate programs of one graph evaluates the reference once per draw.
+    that verifying many candidate programs of one graph evaluates the reference once per draw; `executions` keeps,
+    per draw, the outputs of the kernels run on it (KernelProgram.execute), so that a program runs only the kernels
+    no program before it ran.
     """
     limit = max(draws, max_draws or draws)
     checks: list[Check] = []
@@ -254,7 +282,7 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
     while draw < limit + min(skipped, MAX_SKIPPED) and (draw - skipped < draws or not strict):
         found = reference_draw(graph, seed, draw, memo=memo)
         assert found is not None   # an ordinary draw always exists
-        compared = _checked(graph, program, found, seed + draw)
+        compared = _checked(graph, program, found, seed + draw, _execution_memo(executions, draw))
         draw += 1
         if any(c.inconclusive for c in compared):
             skipped += 1
@@ -263,7 +291,8 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
         strict = strict or all(c.error <= tolerance(graph.outputs[c.output]) for c in checks)
     found = reference_draw(graph, seed, LARGE_DRAW, memo=memo) if large else None
     if found is not None:
-        _checked(graph, program, found, seed + LARGE_SEED_OFFSET)     # its checks are not the ones returned
+        _checked(graph, program, found, seed + LARGE_SEED_OFFSET,     # its checks are not the ones returned
+                 _execution_memo(executions, LARGE_DRAW))
     if not checks:
         raise InconclusiveError(f"graph {graph.name!r} overflows its own dtypes on every random draw made ({draw},"
                                 f" seeds from {seed}) where the float64 reference does not: the graph as written"
@@ -276,11 +305,20 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
     return checks
 
 
-def _checked(graph: Graph, program: KernelProgram, draw: Draw, seed: int) -> list[Check]:
+def _execution_memo(executions: dict[int, ExecutionMemo] | None, draw: int) -> ExecutionMemo | None:
+    """Draw `draw`'s memo of kernel outputs in `executions` (made at the first use), each up to EXECUTION_SHARE of
+    what draws may be remembered in."""
+    if executions is None:
+        return None
+    return executions.setdefault(draw, ExecutionMemo(int(EXECUTION_SHARE * memo_bytes())))
+
+
+def _checked(graph: Graph, program: KernelProgram, draw: Draw, seed: int,
+             memo: ExecutionMemo | None = None) -> list[Check]:
     """The program's outputs on one draw compared with the reference's; VerificationError where one disagrees on a
     draw that can judge it (not `inconclusive`)."""
     inputs, reference = draw
-    compared = compare(graph, program.execute(inputs), reference, inputs)
+    compared = compare(graph, program.execute(inputs, memo), reference, inputs)
     failed = [c for c in compared if not c.ok and not c.inconclusive]
     if failed:
         worst = failed[0]
@@ -293,14 +331,23 @@ def _checked(graph: Graph, program: KernelProgram, draw: Draw, seed: int) -> lis
 def reference_draw(graph: Graph, seed: int, draw: int,
                    memo: dict[int, Draw | None] | None = None) -> Draw | None:
     """Draw number `draw`'s inputs (seed + draw; LARGE_DRAW: large_draw's, seed + LARGE_SEED_OFFSET) and the
-    reference's outputs on them, from `memo` where it holds them (else remembered there, up to MEMO_BYTES); None
-    where no large draw applies."""
+    reference's outputs on them, from `memo` where it holds them (else remembered there, while the memo's draws
+    together hold at most `memo_bytes()`); None where no large draw applies."""
     if memo is not None and draw in memo:
         return memo[draw]
     found = large_draw(graph, seed + LARGE_SEED_OFFSET) if draw == LARGE_DRAW else _ordinary_draw(graph, seed + draw)
-    if memo is not None and (found is None or _nbytes(found) <= MEMO_BYTES):
+    if memo is not None and (found is None or _nbytes(found) + sum(map(_nbytes, filter(None, memo.values())))
+                             <= memo_bytes()):
         memo[draw] = found
     return found
+
+
+def memo_bytes() -> int:
+    """What the remembered draws of one search may hold together: MEMO_SHARE of this machine's memory."""
+    try:
+        return max(MEMO_FLOOR, int(MEMO_SHARE * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")))
+    except (ValueError, OSError, AttributeError):    # no sysconf (not POSIX), or no such name
+        return MEMO_FLOOR
 
 
 def example_draw(graph: Graph, inputs: Mapping[str, object]) -> Draw:
@@ -343,6 +390,20 @@ def softmax_like(graph: Graph) -> bool:
             and any(n.op == Op.MAX and n.srcs[0].shape[n.arg] > SHORT_MAX for n in nodes))
 
 
+class _OutOfRange(Exception):
+    """A value of the large draw's evaluation does not fit its dtype: the draw cannot judge the graph."""
+
+
+def _within_range(node: Node, value: np.ndarray) -> None:
+    """Raises _OutOfRange where a float16 or bfloat16 value computed does not fit its dtype (a view holds its
+    source's values, an input was drawn within range, a matrix product's broadcast operands are never computed)."""
+    if node.dtype.is_float and node.dtype != DType.FLOAT32 and node.op not in VIEWS and node.op != Op.INPUT:
+        limit = float(np.finfo(np.float16).max) if node.dtype == DType.FLOAT16 else 3.0e38
+        with np.errstate(invalid="ignore"):
+            if np.nanmax(np.abs(value), initial=0.0) > limit:
+                raise _OutOfRange(node)
+
+
 def large_draw(graph: Graph, seed: int) -> Draw | None:
     """Float inputs uniform in +-LARGE_MAGNITUDE for a softmax-like graph, and the reference's outputs on them (the
     one evaluation that also checks their range), or None where that does not apply: the graph is not softmax-like,
@@ -350,17 +411,14 @@ def large_draw(graph: Graph, seed: int) -> Draw | None:
     not the candidate, meaningless)."""
     if not softmax_like(graph):
         return None
-    rng = np.random.default_rng(seed)
-    inputs = {name: round_to_host(rng.uniform(-LARGE_MAGNITUDE, LARGE_MAGNITUDE, node.shape).astype(np.float32),
-                                  node.dtype) for name, node in graph.inputs.items() if node.dtype.is_float}
+    inputs = {name: drawn(node.shape, seed, key, partial(_uniform, bound=LARGE_MAGNITUDE, dtype=node.dtype),
+                          host_float_dtype(node.dtype))
+              for key, (name, node) in enumerate(graph.inputs.items()) if node.dtype.is_float}
     inputs = {**random_inputs(graph, seed, only=[n for n in graph.inputs if n not in inputs]), **inputs}
-    values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs))
-    for node in toposort(graph.outputs.values()):
-        if (node.dtype.is_float and node.dtype != DType.FLOAT32 and id(node) in values   # (a matmul's product is not)
-                and node.op not in VIEWS):    # a view holds its source's values (a lookup's table, broadcast)
-            limit = float(np.finfo(np.float16).max) if node.dtype == DType.FLOAT16 else 3.0e38
-            with np.errstate(invalid="ignore"):
-                if np.nanmax(np.abs(np.asarray(values[id(node)], np.float64)), initial=0.0) > limit:
-                    return None
+    try:
+        values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs), roots_only=True,
+                                watch=_within_range)
+    except _OutOfRange:
+        return None
     return {name: inputs[name] for name in graph.inputs}, {name: np.array(values[id(node)])
                                                            for name, node in graph.outputs.items()}

@@ -85,10 +85,11 @@ def test_a_candidate_within_rounding_noise_only_wins_only_where_none_passes_outr
     real = engine.verify_program
 
     def noisy_when(judge, always: bool = False):
-        def verify(graph, program, seed, draws=2, large=False, memo=None, max_draws=None):
+        def verify(graph, program, seed, draws=2, large=False, memo=None, max_draws=None, executions=None):
             if judge(program) and (always or (max_draws or draws) <= draws):
                 raise NoiseOnlyError("within rounding noise only (planted)", [])
-            return real(graph, program, seed, draws, large=large, memo=memo, max_draws=max_draws)
+            return real(graph, program, seed, draws, large=large, memo=memo, max_draws=max_draws,
+                        executions=executions)
         return verify
     graph = CASES["norms"]()
     plain = search_program(graph, "sm90", budget_s=30.0)

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from tensorsmith import shared_arrays
 from tensorsmith.codegen import runtime
 from tensorsmith.executor import InWorker, LaunchPlan, _profile_held
 from tensorsmith.ir.dtypes import DType
@@ -156,6 +157,32 @@ def test_inputs_are_sent_once_per_worker():
         gpu.worker.stop()
         gpu.profile(tiny_plan(), dict(INPUTS))      # and a new worker gets them again
         assert sent == [1, 1, 2]
+
+
+def _held_sums(key: int) -> dict[str, float]:
+    """In the worker: what it holds under `key`, summed (and whether each array is a read-only file mapping)."""
+    from tensorsmith.executor import _held_inputs
+    return {name: (float(np.sum(array)), isinstance(array, np.memmap)) for name, array in _held_inputs[key].items()}
+
+
+@pytest.mark.skipif(not shared_arrays.SHARED_MEMORY.is_dir(), reason="no /dev/shm here")
+def test_large_inputs_reach_the_worker_through_shared_memory_and_are_removed_after(monkeypatch):
+    monkeypatch.setattr(shared_arrays, "PIPE_BYTES", 1 << 16)     # a model's weights, in small
+    inputs = {"w": np.random.default_rng(0).standard_normal((256, 128)).astype(np.float16),
+              "ids": np.arange(8, dtype=np.int32)}
+    with InWorker() as gpu:
+        key = gpu._hold(inputs)
+        files = [p for p in gpu._shared[1].payload.values() if isinstance(p, str)]
+        assert len(files) == 2 and all(os.path.exists(f) and f.startswith("/dev/shm/") for f in files)
+        held = gpu.worker.call(_held_sums, key, timeout_s=60)
+        assert held == {"w": (float(np.sum(inputs["w"])), True), "ids": (28.0, True)}
+    assert not any(os.path.exists(f) for f in files)
+
+
+def test_small_inputs_go_through_the_pipe():
+    shared = shared_arrays.SharedArrays(INPUTS)
+    assert shared.payload["x"] is INPUTS["x"]
+    assert shared_arrays.received(shared.payload)["x"] is INPUTS["x"]
 
 
 # ---- a script that compiles without `if __name__ == "__main__":` -------------------------------------

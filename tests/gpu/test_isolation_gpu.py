@@ -118,7 +118,9 @@ def test_a_search_skips_candidates_that_fault_or_hang(monkeypatch: pytest.Monkey
         real_render(c)
         statement = next(plans, None)
         if statement is not None:
-            c.rendered[0] = dataclasses.replace(c.rendered[0], source=sabotaged(c.rendered[0].source, statement))
+            first = c.rendered[0]      # NVRTC compiles build_source; the file shows source: sabotage both
+            c.rendered[0] = dataclasses.replace(first, source=sabotaged(first.source, statement),
+                                                build_source=sabotaged(first.build_source, statement))
 
     monkeypatch.setattr(pipeline, "_render", render)
     compilation = pipeline.Compilation(graph, pipeline.CompileOptions(), get_target("sm90"))

@@ -53,3 +53,17 @@ def test_the_bound_does_not_excuse_a_wrong_program() -> None:
     reference = ts.evaluate(g, inputs)
     bound = relative_error_bounds(g, inputs, reference)["y"]
     assert relative_l2(partition(wrong).execute(inputs)["y"], reference["y"]) > 10 * bound
+
+
+def test_a_lookup_is_bounded_by_the_rows_it_picks() -> None:
+    """An embedding of a computed (float16-rounded) table: the lookup picks rows, so its bound is theirs; the one-hot
+    product it is written as is never evaluated, and the bound must not need it (it once raised KeyError)."""
+    g = ts.Graph("embedded")
+    table = g.input("table", (64, 32), "float32")
+    rounded = (table * 3.0).cast("float16")
+    g.output("y", nn.embedding(rounded, g.input("ids", (2, 8), "int32")).cast("float32") * 2.0)
+    inputs = random_inputs(g, 0)
+    reference = ts.evaluate(g, inputs)
+    bound = relative_error_bounds(g, inputs, reference)["y"]
+    assert 2.0**-12 < bound < 2.0**-9        # the float16 rounding of the rows, a few float32 units more
+    assert relative_l2(partition(g).execute(inputs)["y"], reference["y"]) <= bound

@@ -145,9 +145,9 @@ def test_the_compile_keeps_the_searchs_random_tests_of_its_winner_instead_of_rep
     executions: list[str] = []
     execute = KernelProgram.execute
 
-    def counted(program: KernelProgram, inputs: dict) -> dict:
+    def counted(program: KernelProgram, inputs: dict, memo=None) -> dict:
         executions.append(stage[-1])
-        return execute(program, inputs)
+        return execute(program, inputs, memo)
 
     stage = ["before"]
     monkeypatch.setattr(KernelProgram, "execute", counted)

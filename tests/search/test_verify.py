@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from graph_cases import CASES
+from graph_cases import CASES, residual_layers
 
 import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.ir.dtypes import bfloat16_to_float, float_to_bfloat16
-from tensorsmith.search.partition import partition
+from tensorsmith.ir.kernel_program import ExecutionMemo
+from tensorsmith.search.partition import partition, unfused
 from tensorsmith.search.verify import (LARGE_DRAW, ROUNDING_NOISE, InconclusiveError, VerificationError, compare,
                                        example_draw, random_inputs, reference_draw, relative_l2, rounding_noise,
                                        verify_program)
@@ -240,3 +241,41 @@ def test_a_graph_no_program_can_match_says_which_output_and_by_how_much() -> Non
     g.output("y", nn.layer_norm(nn.log_softmax(x0.reshape((7, 32, 1)).expand((7, 32, 31)), axis=-1)))
     with pytest.raises(VerificationError, match=r"the last: .*output 'y'.*relative L2 error"):
         ts.compile(g, budget_s=5, cache=False, profile=False, progress=False)
+
+
+def test_a_kernel_run_before_on_the_same_inputs_is_not_run_again_and_changes_nothing() -> None:
+    """Programs of one graph share most kernels: with an execution memo, a kernel whose body and inputs' provenance
+    were run before gives its stored outputs, and every program's outputs are the ones it gives alone. Identical
+    layers with weights of their own compute alike from other buffers: none of them is taken for another."""
+    graph = residual_layers(4)
+    inputs = random_inputs(graph, 0)
+    fused, split = partition(graph), unfused(graph)
+    memo = ExecutionMemo(1 << 30)
+    alone = {id(program): program.execute(inputs)["y"] for program in (fused, split)}
+    assert np.array_equal(fused.execute(inputs, memo)["y"], alone[id(fused)]) and memo.hits == 0
+    assert np.array_equal(split.execute(inputs, memo)["y"], alone[id(split)])
+    shared = memo.hits      # the kernels the two partitions have in common: a norm's, perhaps, not every one
+    assert shared < len(split.kernels)
+    assert np.array_equal(fused.execute(inputs, memo)["y"], alone[id(fused)])
+    assert memo.hits == shared + len(fused.kernels)
+    assert not np.array_equal(alone[id(fused)], fused.execute(random_inputs(graph, 1), ExecutionMemo(1 << 30))["y"])
+
+
+def test_the_execution_memo_holds_no_more_than_its_bytes() -> None:
+    graph = residual_layers(4)
+    inputs, program = random_inputs(graph, 0), partition(graph)
+    small = ExecutionMemo(3 * 64 * 256 * 4)      # three of the layers' (64, 256) float32 values
+    program.execute(inputs, small)
+    assert 0 < small.held <= small.max_bytes
+    assert np.array_equal(program.execute(inputs, small)["y"], program.execute(inputs)["y"])
+
+
+def test_a_wrong_program_is_caught_after_right_ones_filled_the_memo() -> None:
+    graph = _cancelling_mean()
+    executions: dict[int, ExecutionMemo] = {}
+    memo: dict = {}
+    verify_program(graph, partition(graph), seed=0, draws=2, memo=memo, executions=executions)
+    verify_program(graph, unfused(graph), seed=0, draws=2, memo=memo, executions=executions)
+    with pytest.raises(VerificationError):
+        verify_program(graph, partition(_cancelling_mean(scale=1.5)), seed=0, draws=2, memo=memo,
+                       executions=executions)

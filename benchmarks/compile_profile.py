@@ -1,0 +1,42 @@
+"""Where a bench case's compile spends its time: the pipeline's stages, the search's counters, and cProfile's heaviest
+functions, for one cold compile (no program cache).
+
+    python benchmarks/compile_profile.py llama1b_1layers [--budget 20] [--top 25] [--dump out.prof]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+from tensorsmith import compile as ts_compile
+from tensorsmith.bench.case import built, load_suite, select
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case")
+    parser.add_argument("--budget", type=float, default=20.0)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--dump", help="write the cProfile statistics here (pstats format)")
+    args = parser.parse_args()
+    began = time.perf_counter()
+    case = built(select(load_suite(), [args.case])[0])
+    print(f"{args.case}: built in {time.perf_counter() - began:.1f} s, {len(case.graph.nodes())} nodes")
+    profiler = cProfile.Profile()
+    began = time.perf_counter()
+    program = profiler.runcall(ts_compile, case.graph, budget_s=args.budget, cache=False, progress=False)
+    print(f"compiled in {time.perf_counter() - began:.1f} s (budget {args.budget:g} s), {len(program.kernels)} kernels")
+    print("stages:", {k: round(v, 2) for k, v in program.report.get("stage_seconds", {}).items()})
+    search = program.report.get("search") or {}
+    print("search:", {k: (round(v, 4) if isinstance(v, float) else v) for k, v in search.items()})
+    stats = pstats.Stats(profiler)
+    if args.dump:
+        stats.dump_stats(args.dump)
+    stats.sort_stats("cumulative").print_stats(args.top)
+    stats.sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()
