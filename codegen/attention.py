@@ -57,8 +57,8 @@ def attention_match(node: Node) -> AttentionMatch | None:
 def kernel_attention(root: Node) -> AttentionMatch | None:
     """The attention that a kernel's output `root` is elementwise over (same shape, no reduction between), or None."""
     for node in reversed(toposort([root])):
-        if (node.op == Op.SUM and node.shape == root.shape and _elementwise_over(root, node)
-                and (match := attention_match(node)) is not None):
+        if (node.op == Op.SUM and node.shape == root.shape and (match := attention_match(node)) is not None
+                and _elementwise_over(root, node)):     # (the walk last: a deep body has many sums of its shape)
             return match
     return None
 
