@@ -231,7 +231,7 @@ class InWorker:
         self.timeout_slack = timeout_slack
         self.worker = worker or Worker()
         self._held: tuple[int, object, int] | None = None   # (worker start, the arrays, their key there)
-        self._shared: tuple[object, SharedArrays] | None = None   # the arrays, as a worker (a new one too) receives them
+        self._shared: SharedArrays | None = None   # the held arrays, as a worker (a new one too) receives them
         self._keys = itertools.count()
         self._fallback: InProcess | None = None
 
@@ -264,7 +264,7 @@ class InWorker:
         self.worker.close()
         self._held = None
         if self._shared is not None:
-            self._shared[1].close()
+            self._shared.close()
             self._shared = None
 
     def __enter__(self) -> InWorker:
@@ -280,11 +280,11 @@ class InWorker:
         if held is not None and held[0] == self.worker.starts and held[1] is arrays:
             return held[2]
         key = next(self._keys)
-        if self._shared is None or self._shared[0] is not arrays:
+        if self._shared is None or self._shared.arrays is not arrays:
             if self._shared is not None:
-                self._shared[1].close()
-            self._shared = (arrays, SharedArrays(arrays))
-        self.worker.call(_hold_inputs, key, self._shared[1].payload,
+                self._shared.close()
+            self._shared = SharedArrays(arrays)
+        self.worker.call(_hold_inputs, key, self._shared.payload,
                          timeout_s=self.timeout_floor_s + self.worker.start_timeout_s)
         self._held = (self.worker.starts, arrays, key)
         return key

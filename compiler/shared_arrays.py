@@ -20,6 +20,7 @@ class SharedArrays:
     object is collected)."""
 
     def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays
         self.payload: dict[str, np.ndarray | str] = dict(arrays)
         size = sum(np.asarray(a).nbytes for a in arrays.values())
         if size < PIPE_BYTES or not SHARED_MEMORY.is_dir() or shutil.disk_usage(SHARED_MEMORY).free < ROOM * size:

@@ -110,23 +110,25 @@ class KernelProgram:
         memo = memo if memo is not None else ExecutionMemo(0)
         memory: dict[str, np.ndarray] = {}
         origin: dict[str, int] = {name: memo.origin(("input", name)) for name in self.inputs}
+
+        def held(name: str) -> np.ndarray:     # an input is rounded where a kernel (or an output) first reads it
+            if name not in memory:
+                memory[name] = round_to_register(np.asarray(inputs[name]), self.buffers[name].dtype)
+            return memory[name]
+
         for kernel in self.kernels:
             key = (kernel_structure(kernel), tuple(self.buffers[w].dtype for w in kernel.writes),
                    tuple(origin[name] for name in kernel.reads))
             stored = memo.get(key)
             if stored is None:
-                for name in kernel.reads:
-                    if name not in memory:   # an input, rounded where a kernel first reads it
-                        memory[name] = round_to_register(np.asarray(inputs[name]), self.buffers[name].dtype)
-                values = evaluate_nodes([node for _, node in kernel.outputs], memory, roots_only=True, registers=True)
+                leaves = {name: held(name) for name in kernel.reads}
+                values = evaluate_nodes([node for _, node in kernel.outputs], leaves, roots_only=True, registers=True)
                 stored = tuple(np.asarray(round_to_register(np.asarray(values[id(node)]), self.buffers[name].dtype))
                                for name, node in kernel.outputs)
                 memo.put(key, stored)
             for position, (name, value) in enumerate(zip(kernel.writes, stored)):
                 memory[name], origin[name] = value, memo.origin((key, position))
-        return {out: memory[buf] if buf in memory else round_to_register(np.asarray(inputs[buf]),
-                                                                           self.buffers[buf].dtype)
-                for out, buf in self.outputs.items()}
+        return {out: held(buf) for out, buf in self.outputs.items()}
 
 
 class ExecutionMemo:

@@ -12,7 +12,8 @@ search/extract.py), each partitioned in a space of its own. The strategy, in ord
    each form once against `reference`, the user's graph: a form refuted there yields no candidates, and with every
    form refuted the search raises VerificationError), then random tests
    (`verify_program`, with a large-magnitude draw for softmax-like graphs); the first that passes wins.
-   A candidate is measured only after it has passed random testing.
+   A measured candidate is random-tested here, when it is chosen; its GPU outputs were checked against the
+   reference on the first draw when it was measured.
 
 `measure` may reject a candidate by raising KernelFault (it faulted or hung: verdict "faulted" or "timed
 out") or VerificationError (its outputs on the GPU disagree with the reference: "wrong on GPU"); the

@@ -310,7 +310,9 @@ def _execution_memo(executions: dict[int, ExecutionMemo] | None, draw: int) -> E
     what draws may be remembered in."""
     if executions is None:
         return None
-    return executions.setdefault(draw, ExecutionMemo(int(EXECUTION_SHARE * memo_bytes())))
+    if draw not in executions:
+        executions[draw] = ExecutionMemo(int(EXECUTION_SHARE * memo_bytes()))
+    return executions[draw]
 
 
 def _checked(graph: Graph, program: KernelProgram, draw: Draw, seed: int,

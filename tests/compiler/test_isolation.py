@@ -172,7 +172,7 @@ def test_large_inputs_reach_the_worker_through_shared_memory_and_are_removed_aft
               "ids": np.arange(8, dtype=np.int32)}
     with InWorker() as gpu:
         key = gpu._hold(inputs)
-        files = [p for p in gpu._shared[1].payload.values() if isinstance(p, str)]
+        files = [p for p in gpu._shared.payload.values() if isinstance(p, str)]
         assert len(files) == 2 and all(os.path.exists(f) and f.startswith("/dev/shm/") for f in files)
         held = gpu.worker.call(_held_sums, key, timeout_s=60)
         assert held == {"w": (float(np.sum(inputs["w"])), True), "ids": (28.0, True)}
