@@ -1,0 +1,291 @@
+"""A model's repeated layers: the graph cut where one value carries everything forward, and the longest run of
+identical pieces between such cuts, each piece a graph of its own whose inputs are what it reads from outside.
+
+Identical layers (the same ops, shapes and dtypes, up to which weights they read) have equal `Piece.structure`, so a
+compiler searches one of them and binds its program to the others' weights (issue 41)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable
+
+from . import primitives as P
+from .graph import Graph
+from .kernel_program import Buffer, Kernel, KernelProgram
+from .node import Node, consumers, toposort
+from .ops import Op
+from .patterns import match_matmul
+
+MIN_REPEATS = 2           # identical layers in a row before they are searched once
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A stretch of the model as a graph of its own: its input `x<i>` is the model's node `reads[i]` (a weight, a
+    shared input, or the value the previous piece carried), its output `y<i>` the model's node `writes[i]`."""
+
+    tag: str                      # "prefix", "layer0", "layer1", ..., "suffix": names its kernels and buffers
+    graph: Graph
+    reads: tuple[Node, ...]
+    writes: tuple[Node, ...]
+    structure: str                # equal for identical layers, whatever weights they read
+
+    @property
+    def binding(self) -> dict[str, Node]:
+        return {f"x{i}": node for i, node in enumerate(self.reads)}
+
+
+@dataclass(frozen=True)
+class Layers:
+    """The model as pieces in order: a prefix (where there is one), `repeats` identical layers, a suffix."""
+
+    pieces: tuple[Piece, ...]
+    repeats: int
+
+    def distinct(self) -> list[Piece]:
+        """One piece of each structure, first seen first: what a compiler searches."""
+        return list({piece.structure: piece for piece in reversed(self.pieces)}.values())[::-1]
+
+
+def find_layers(graph: Graph, min_repeats: int = MIN_REPEATS) -> Layers | None:
+    """The model's longest run of identical layers, each holding a matrix product, cut where one value carries
+    everything forward; None where there is no such run of `min_repeats` or more."""
+    order = _late_order(graph)
+    free = _free(order)
+    if any(id(node) in free for node in graph.outputs.values()):
+        return None   # an output that is an input, or computed from constants only: no piece computes it
+    spans = _spans(graph, order, free)
+    if len(spans) < min_repeats:
+        return None
+    shapes = [_piece(graph.name, "span", span, order, free, graph).structure for span in spans]
+    layers = _layers(shapes, spans, order, free, graph, min_repeats)
+    if layers is None:
+        return None
+    groups: list[tuple[str, list[list[Node]]]] = []
+    if layers[0][0]:
+        groups.append(("prefix", spans[:layers[0][0]]))
+    groups += [(f"layer{i}", spans[first:end]) for i, (first, end) in enumerate(layers)]
+    if layers[-1][1] < len(spans):
+        groups.append(("suffix", spans[layers[-1][1]:]))
+    pieces = tuple(_piece(graph.name, tag, [node for span in group for node in span], order, free, graph)
+                   for tag, group in groups)
+    return Layers(pieces, len(layers))
+
+
+def _widened(layers: list[tuple[int, int]], spans: list[list[Node]], order: list[Node], free: set[int],
+             graph: Graph) -> list[tuple[int, int]]:
+    """The run with the layers before and after it that are cut differently but are the same piece: the first
+    layer reads an input where the others read a computed value, and so has cuts of its own inside. A stretch is
+    built as a piece only where it holds as many nodes as the unit."""
+    before = [0]
+    for span in spans:
+        before.append(before[-1] + len(span))
+
+    def structure(first: int, end: int) -> str:
+        return _piece(graph.name, "span", [node for span in spans[first:end] for node in span], order, free,
+                      graph).structure
+    size = before[layers[0][1]] - before[layers[0][0]]
+    unit = structure(*layers[0])
+    grown = True
+    while grown:
+        grown = False
+        start, end = layers[0][0], layers[-1][1]
+        first = next((first for first in range(start - 1, -1, -1) if before[start] - before[first] == size), None)
+        if first is not None and structure(first, start) == unit:
+            layers, grown = [(first, start)] + layers, True
+        last = next((last for last in range(end + 1, len(spans) + 1) if before[last] - before[end] == size), None)
+        if last is not None and structure(end, last) == unit:
+            layers, grown = layers + [(end, last)], True
+    return layers
+
+
+def _late_order(graph: Graph) -> list[Node]:
+    """The nodes the outputs depend on, each as late as its sources allow: a node's tallest source is walked first,
+    so a weight's own ops (a transpose, a cast) come just before the op that uses them, not before the layer."""
+    height: dict[int, int] = {}
+    for node in toposort(graph.outputs.values()):
+        height[id(node)] = 1 + max((height[id(src)] for src in node.srcs), default=-1)
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in graph.outputs.values():
+        stack: list[tuple[Node, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            tallest_first = sorted(node.srcs, key=lambda src: -height[id(src)])
+            stack.extend((src, False) for src in reversed(tallest_first) if id(src) not in seen)
+    return order
+
+
+def _free(order: list[Node]) -> set[int]:
+    """Inputs, and nodes that depend on no input (constants, iotas and what is computed from them only): any piece
+    may read an input, and computes its own copy of the rest."""
+    free: set[int] = set()
+    for node in order:
+        if node.op == Op.INPUT or all(id(src) in free and src.op != Op.INPUT for src in node.srcs):
+            free.add(id(node))
+    return free
+
+
+def _spans(graph: Graph, order: list[Node], free: set[int]) -> list[list[Node]]:
+    """The non-free nodes of `order` cut after each node that is the only computed value used later."""
+    place = {id(node): i for i, node in enumerate(order)}
+    users = consumers(order)
+    outputs = {id(node) for node in graph.outputs.values()}
+    last_use = {id(node): len(order) if id(node) in outputs else max((place[id(user)] for user in users[id(node)]),
+                                                                     default=place[id(node)])
+                for node in order}
+    ending: dict[int, int] = {}
+    for node in order:
+        if id(node) not in free:
+            ending[last_use[id(node)]] = ending.get(last_use[id(node)], 0) + 1
+    spans: list[list[Node]] = [[]]
+    live = 0
+    for i, node in enumerate(order):
+        live -= ending.get(i, 0)
+        if id(node) in free:
+            continue
+        spans[-1].append(node)
+        if last_use[id(node)] > i:
+            live += 1
+            if live == 1 and i < len(order) - 1:
+                spans.append([])
+    return [span for span in spans if span]
+
+
+FEW_SPANS = 400           # spans few enough to try every stretch of them as the unit a run repeats
+
+
+def _layers(shapes: list[str], spans: list[list[Node]], order: list[Node], free: set[int], graph: Graph,
+            min_repeats: int) -> list[tuple[int, int]] | None:
+    """The spans (first, end) of each layer of the longest run: the run of identical groups of spans that covers the
+    most nodes, widened by the layers around it that are cut differently (`_widened`). Where no group repeats as cut
+    but the spans are few (two layers, the first cut differently), every stretch is tried as the unit."""
+    run = _longest_run(shapes, spans, min_repeats)
+    if run is not None:
+        start, period, repeats = run
+        return _widened([(start + i * period, start + (i + 1) * period) for i in range(repeats)], spans, order,
+                        free, graph)
+    if len(spans) > FEW_SPANS:
+        return None
+    best: list[tuple[int, int]] | None = None
+    before = [0]
+    for span in spans:
+        before.append(before[-1] + len(span))
+    for start in range(len(spans)):
+        for end in range(start + 1, len(spans) + 1):
+            size = before[end] - before[start]
+            if not (size in {before[start] - b for b in before[:start]} or
+                    size in {b - before[end] for b in before[end + 1:]}) or not _has_matmul(spans[start:end]):
+                continue    # nothing beside it holds as many nodes, so nothing beside it is the same piece
+            layers = _widened([(start, end)], spans, order, free, graph)
+            if len(layers) >= min_repeats and (best is None or _covered(layers, spans) > _covered(best, spans)):
+                best = layers
+    return best
+
+
+def _covered(layers: list[tuple[int, int]], spans: list[list[Node]]) -> int:
+    return sum(len(span) for first, end in layers for span in spans[first:end])
+
+
+def _longest_run(shapes: list[str], spans: list[list[Node]], min_repeats: int) -> tuple[int, int, int] | None:
+    """(start, period, repeats) of the run of identical groups of spans covering the most nodes (the shortest period
+    among equals), each group holding a matrix product."""
+    best: tuple[int, int, int] | None = None
+    best_covered = 0
+    for period in range(1, len(shapes) // min_repeats + 1):
+        for start in range(len(shapes) - period * min_repeats + 1):
+            unit = shapes[start:start + period]
+            repeats = 1
+            while shapes[start + repeats * period:start + (repeats + 1) * period] == unit:
+                repeats += 1
+            covered = repeats * sum(len(span) for span in spans[start:start + period])
+            if repeats >= min_repeats and covered > best_covered and _has_matmul(spans[start:start + period]):
+                best, best_covered = (start, period, repeats), covered
+    return best
+
+
+def _has_matmul(spans: Iterable[list[Node]]) -> bool:
+    return any(match_matmul(node) is not None for span in spans for node in span)
+
+
+def _piece(model: str, tag: str, nodes: list[Node], order: list[Node], free: set[int], graph: Graph) -> Piece:
+    """`nodes` (non-free, in order) as a graph: what they read from outside becomes inputs x0, x1, ... by first use,
+    free nodes they read are computed again inside, and what is used outside (or is a model output) becomes
+    outputs y0, y1, ... in order."""
+    inside = {id(node) for node in nodes}
+    users = consumers(order)
+    outputs = {id(node) for node in graph.outputs.values()}
+    writes = [node for node in nodes
+              if id(node) in outputs or any(id(user) not in inside for user in users[id(node)])]
+    reads: list[Node] = []
+    copies: dict[int, Node] = {}
+    outside = {id(n) for n in order if id(n) not in inside and (n.op == Op.INPUT or id(n) not in free)}
+    for node in toposort(writes, stops=outside):
+        if id(node) in outside:
+            copies[id(node)] = P.input_(f"x{len(reads)}", node.shape, node.dtype)
+            reads.append(node)
+        else:
+            copies[id(node)] = replace(node, srcs=tuple(copies[id(src)] for src in node.srcs))
+    piece = Graph(f"{model}_{tag}")
+    piece.inputs = {f"x{i}": copies[id(node)] for i, node in enumerate(reads)}
+    piece.outputs = {f"y{i}": copies[id(node)] for i, node in enumerate(writes)}
+    shape_only = Graph("piece")
+    shape_only.inputs, shape_only.outputs = piece.inputs, piece.outputs
+    return Piece(tag, piece, tuple(reads), tuple(writes), shape_only.structural_hash())
+
+
+def inline(graph: Graph, reads: dict[str, Node]) -> dict[str, Node]:
+    """What `graph`'s outputs compute, by output name, with its inputs bound to the nodes `reads` names."""
+    copies: dict[int, Node] = {}
+    for node in toposort(graph.outputs.values()):
+        copies[id(node)] = (reads[node.arg] if node.op == Op.INPUT else
+                            replace(node, srcs=tuple(copies[id(src)] for src in node.srcs)))
+    return {name: copies[id(node)] for name, node in graph.outputs.items()}
+
+
+def stitched(model: Graph, layers: Layers, programs: dict[str, KernelProgram]) -> KernelProgram:
+    """The model's program: each piece's program (`programs`, by structure) bound to the buffers of that piece, its
+    temporaries and kernels named after the piece (`layer3_...`), so identical layers run identical kernels."""
+    buffers = {name: Buffer(name, node.shape, node.dtype, "input") for name, node in model.inputs.items()}
+    buffer_of = {id(node): name for name, node in model.inputs.items()}
+    output_of: dict[int, str] = {}
+    for name, node in model.outputs.items():
+        output_of.setdefault(id(node), name)
+    kernels: list[Kernel] = []
+    for piece in layers.pieces:
+        program = programs[piece.structure]
+        names = {f"x{i}": buffer_of[id(node)] for i, node in enumerate(piece.reads)}
+        for i, node in enumerate(piece.writes):
+            names[program.outputs[f"y{i}"]] = buffer_of[id(node)] = output_of.get(id(node), f"{piece.tag}_y{i}")
+        for name, buffer in program.buffers.items():
+            if name not in names:
+                names[name] = f"{piece.tag}_{name}"
+            if buffer.role != "input":
+                renamed = names[name]
+                buffers[renamed] = Buffer(renamed, buffer.shape, buffer.dtype,
+                                          "output" if renamed in model.outputs else "temp")
+        prefix = program.name + "_"
+        kernels += [Kernel(f"{model.name}_{piece.tag}_{kernel.name.removeprefix(prefix)}", kernel.archetype,
+                           _renamed(kernel.outputs, names), kernel.schedule) for kernel in program.kernels]
+    for name, node in model.outputs.items():
+        if buffer_of[id(node)] != name:   # a second name for one value, or an input passed straight out
+            source = buffers[buffer_of[id(node)]]
+            buffers[name] = Buffer(name, node.shape, node.dtype, "output")
+            copy = P.contiguous(P.input_(source.name, source.shape, source.dtype))
+            kernels.append(Kernel(f"{model.name}_{name}", "pointwise", ((name, copy),)))
+    return KernelProgram(model.name, buffers, kernels, tuple(model.inputs), {name: name for name in model.outputs})
+
+
+def _renamed(outputs: tuple[tuple[str, Node], ...], names: dict[str, str]) -> tuple[tuple[str, Node], ...]:
+    """A kernel's outputs and body over the buffers `names` renames."""
+    copies: dict[int, Node] = {}
+    for node in toposort(node for _, node in outputs):
+        copies[id(node)] = (replace(node, arg=names[node.arg]) if node.op == Op.INPUT else
+                            replace(node, srcs=tuple(copies[id(src)] for src in node.srcs)))
+    return tuple((names[name], copies[id(node)]) for name, node in outputs)
