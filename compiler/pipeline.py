@@ -21,6 +21,8 @@ from tensorsmith.ir.errors import DeviceError, GraphError, InputError, Tensorsmi
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.interpreter import evaluate
 from tensorsmith.ir.kernel_program import KernelProgram
+from tensorsmith.ir.layers import Layers, find_layers, inline, stitched
+from tensorsmith.ir.node import Node
 from tensorsmith.ir.targets import Target, get_target
 from tensorsmith.search.cost import kernel_seconds, program_seconds
 from tensorsmith.search.exact import MAX_WORK as EXACT_MAX_WORK
@@ -84,6 +86,8 @@ class Compilation:
                                        # draw: the search's, then the GPU's check (draw 0) and the exact check's cut
     left_out: dict[str, str] = field(default_factory=dict)   # checks and measurements the budget left out, and why
     reference_s: float | None = None   # one float64 evaluation of the user's graph on draw 0, as timed before searching
+    found_layers: Layers | None = None  # the model's identical layers, where it has them (each searched once)
+    layers: dict[str, Any] = field(default_factory=dict)   # their report: how many, how each distinct piece went
 
     def chosen_graph(self) -> Graph:
         """The graph the search partitions into kernels: extraction's first form, then the form that won."""
@@ -98,13 +102,17 @@ class Compilation:
         return self.kernel_program
 
 
+def _find_layers(c: Compilation) -> None:
+    c.found_layers = find_layers(c.graph)
+
+
 def _saturate(c: Compilation) -> None:
-    if c.options.rewrites:
+    if c.options.rewrites and c.found_layers is None:   # a layered model's pieces are saturated one by one
         c.saturated = rewrites.saturate(c.graph)
 
 
 def _extract(c: Compilation) -> None:
-    if c.saturated is None:          # rewrites off
+    if c.saturated is None:          # rewrites off, or a layered model
         c.forms, c.chosen = [search.Form(c.graph, None, WRITTEN)], c.graph
         return
     try:
@@ -124,20 +132,106 @@ def _search(c: Compilation) -> None:
         if on_gpu:            # what one more kernel costs, as programs are called (a graph's replay), on this GPU
             c.target = replace(c.target, launch_s=measured_launch_seconds())
             c.launch_measured = True
-        measure = _measure_on_gpu(c, gpu) if on_gpu else None
-        try:
-            c.search = _search_chosen(c, measure)
-        except VerificationError as err:
-            if [search.canonical_hash(form.graph) for form in c.forms] in ([], [search.canonical_hash(c.graph)]):
-                raise   # the graph as written was all that was searched
-            log.warning("the rewritten graph of %r failed random testing (%s); compiling the graph as written",
-                        c.graph.name, err)
-            c.left_out["rewrites"] = (f"the rewritten graph failed random testing ({err}); the graph as written was"
-                                      f" compiled")
-            c.chosen, c.forms = c.graph, [search.Form(c.graph, None, WRITTEN)]
-            c.search = _search_chosen(c, measure)
+            c.kernel_times = KernelTimes(c.kernel_times_path, device_name())
+        if c.found_layers is not None:
+            try:
+                return _search_layers(c, c.found_layers, gpu if on_gpu else None)
+            except VerificationError as err:   # each piece was verified: this would be a fault of the stitching
+                log.warning("the program of %r stitched from its layers failed its end-to-end test (%s); the model"
+                            " is searched whole, as written", c.graph.name, err)
+                c.left_out["layers"] = f"the program stitched from its layers failed its end-to-end test ({err})"
+                c.layers, c.found_layers = {}, None
+        _search_whole(c, gpu if on_gpu else None)
+
+
+def _search_whole(c: Compilation, gpu: Profiler | None) -> None:
+    """The search of the whole graph, its rewritten forms first, the graph as written where none of them passes."""
+    measure = _measure_on_gpu(c, gpu) if gpu is not None else None
+    try:
+        c.search = _search_chosen(c, measure)
+    except VerificationError as err:
+        if [search.canonical_hash(form.graph) for form in c.forms] in ([], [search.canonical_hash(c.graph)]):
+            raise   # the graph as written was all that was searched
+        log.warning("the rewritten graph of %r failed random testing (%s); compiling the graph as written",
+                    c.graph.name, err)
+        c.left_out["rewrites"] = (f"the rewritten graph failed random testing ({err}); the graph as written was"
+                                  f" compiled")
+        c.chosen, c.forms = c.graph, [search.Form(c.graph, None, WRITTEN)]
+        c.search = _search_chosen(c, measure)
     c.chosen = c.forms[c.search.form].graph if c.forms else c.chosen
     c.kernel_program = c.search.program
+
+
+LAYER_STAGES = ("saturate", "extract", "search", "verify")   # what each distinct piece of a layered model goes through
+
+
+def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None:
+    """Each distinct piece of a model of identical layers (`ir.layers`: the prefix, one layer, the suffix) compiled
+    through LAYER_STAGES in a share of what is left of the budget by its size, then the model's program stitched
+    from them: every layer runs the kernels and schedules of the one searched, on its own weights. The stitched
+    program is random-tested against the user's graph end to end (and checked on the GPU) before it counts."""
+    if c.reference_s is None:   # the end-to-end test's draw, timed: its test and the GPU's check are kept time for
+        began = time.monotonic()
+        c.draws[0] = reference_draw(c.graph, c.options.seed, 0)
+        c.reference_s = time.monotonic() - began
+    distinct = layers.distinct()
+    sizes = [len(piece.graph.nodes()) for piece in distinct]
+    programs: dict[str, KernelProgram] = {}
+    parts: list[Compilation] = []
+    for i, piece in enumerate(distinct):
+        left = c.deadline - time.monotonic() - END_TO_END_EVALUATIONS * c.reference_s
+        share = max(left, 0.0) * sizes[i] / sum(sizes[i:])
+        part = Compilation(piece.graph, replace(c.options, budget_s=max(share, MIN_PIECE_S), began=None,
+                                                example_inputs=None),
+                           c.target, kernel_times_path=c.kernel_times_path, kernel_times=c.kernel_times,
+                           deadline=time.monotonic() + max(share, MIN_PIECE_S), launch_measured=c.launch_measured)
+        for stage in STAGES:
+            if stage.name in LAYER_STAGES:
+                began = time.perf_counter()
+                if stage.name == "search":
+                    _search_whole(part, gpu)
+                else:
+                    stage.run(part)
+                part.seconds[stage.name] = time.perf_counter() - began
+        programs[piece.structure] = part.program()
+        parts.append(part)
+    program = stitched(c.graph, layers, programs)
+    checks = verify_program(c.graph, program, c.options.seed, memo=c.draws)
+    measured = _measure_on_gpu(c, gpu)(program) if gpu is not None else None
+    chosen = Graph(c.graph.name)
+    chosen.inputs = dict(c.graph.inputs)
+    values: dict[int, Node] = {id(node): node for node in c.graph.inputs.values()}
+    for piece in layers.pieces:
+        part = parts[[p.structure for p in distinct].index(piece.structure)]
+        made = inline(part.chosen_graph(), {f"x{i}": values[id(node)] for i, node in enumerate(piece.reads)})
+        values.update({id(node): made[f"y{i}"] for i, node in enumerate(piece.writes)})
+    chosen.outputs = {name: values[id(node)] for name, node in c.graph.outputs.items()}
+    c.chosen, c.forms = chosen, [search.Form(chosen, None, LAYERED)]
+    c.kernel_program = program
+    c.search = search.SearchResult(program, program_seconds(program, c.target) * 1e6,
+                                   measured * 1e6 if measured is not None else None,
+                                   [entry for part in parts for entry in part.search.history],
+                                   _summed([part.search.stats for part in parts]), checks=checks)
+    c.layers = {"identical": layers.repeats, "pieces": [
+        {"piece": piece.tag if piece.tag != "layer0" else f"layer (x{layers.repeats})", "nodes": size,
+         "kernels": len(part.program().kernels), "predicted_us": part.search.predicted_us,
+         "measured_us": part.search.measured_us, "stage_seconds": {k: round(v, 4) for k, v in part.seconds.items()}}
+        for piece, size, part in zip(distinct, sizes, parts)]}
+
+
+END_TO_END_EVALUATIONS = 3   # reference evaluations' time kept for the stitched program's test and GPU check
+MIN_PIECE_S = 1.0            # the least budget a piece is searched in
+LAYERED = "layers searched once"
+
+
+def _summed(stats: list[search.SearchStats]) -> search.SearchStats:
+    """The search counters of several searches added up (budget_hit: any of them)."""
+    total = search.SearchStats()
+    for one in stats:
+        for name, value in vars(one).items():
+            setattr(total, name, (getattr(total, name) or value) if isinstance(value, bool) else
+                    getattr(total, name) + value)
+    return total
 
 
 def _search_chosen(c: Compilation, measure: Callable[[KernelProgram], float] | None) -> Any:
@@ -175,7 +269,9 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], 
     VerificationError, a fault or a hang KernelFault (from an InWorker `gpu`), and the search skips it.
     """
     draw = functools.cache(partial(_gpu_draw, c))   # at the first measurement: the search times that draw's reference
-    c.kernel_times = times = KernelTimes(c.kernel_times_path, device_name())
+    if c.kernel_times is None:   # a layered model's pieces and its stitched program share one
+        c.kernel_times = KernelTimes(c.kernel_times_path, device_name())
+    times = c.kernel_times
 
     def run(program: KernelProgram, timed: bool) -> list[float]:   # each kernel's seconds where `timed`, else []
         inputs, reference = draw()
@@ -296,6 +392,7 @@ class Stage:
 
 
 STAGES: list[Stage] = [
+    Stage("layers", _find_layers),    # identical layers, each distinct one then compiled once (ir/layers.py)
     Stage("saturate", _saturate),     # grow the e-graph, bounded
     Stage("extract", _extract),       # the program forms the search chooses among
     Stage("search", _search),         # kernel boundaries, archetypes and schedules: beam search and MCTS
@@ -447,6 +544,7 @@ def _report(c: Compilation) -> dict[str, Any]:
         "search_history": _history(c),
         "search": c.search.summary() if c.search is not None else None,
         "forms": _forms(c),
+        "layers": c.layers,
         "kernel_times": ({"measured_programs": c.kernel_times.measured_programs,
                           "reused_programs": c.kernel_times.reused_programs,
                           "kernels_known": len(c.kernel_times.seconds)} if c.kernel_times is not None else None),

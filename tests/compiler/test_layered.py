@@ -1,0 +1,58 @@
+"""A model of identical layers compiles each distinct piece once (issue 41): one layer is searched, verified and
+measured, the others run its kernels on their own weights, and the stitched program is tested end to end."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import tensorsmith as ts
+from graph_cases import residual_layers
+from tensorsmith import pipeline
+from tensorsmith.ir.interpreter import evaluate
+from tensorsmith.ir.kernel_program import kernel_structure
+from tensorsmith.ir.layers import Layers
+from tensorsmith.search.verify import random_inputs
+
+
+def test_an_8_layer_model_searches_one_layer_and_binds_its_kernels_to_every_layer(monkeypatch) -> None:
+    searched: list[str] = []
+    real = pipeline.search.search_program
+
+    def counting(graph, *args, **kwargs):
+        searched.append(graph.name)
+        return real(graph, *args, **kwargs)
+    monkeypatch.setattr(pipeline.search, "search_program", counting)
+    program = ts.compile(residual_layers(8), budget_s=4.0, profile=False, cache=False, progress=False)
+    assert searched == ["layers_layer0"]
+    layers = program.report["layers"]
+    assert layers["identical"] == 8 and [piece["piece"] for piece in layers["pieces"]] == ["layer (x8)"]
+    plan = program.kernel_program
+    per_layer = [[k for k in plan.kernels if k.name.startswith(f"layers_layer{i}_")] for i in range(8)]
+    assert all(len(kernels) == len(per_layer[0]) > 0 for kernels in per_layer)
+    assert all([(kernel_structure(k), k.schedule) for k in kernels] == [(kernel_structure(k), k.schedule)
+                                                                       for k in per_layer[0]] for kernels in per_layer)
+    inputs = random_inputs(program.graph, seed=9)
+    reference = evaluate(program.graph, inputs)["y"]
+    ours = program(device="cpu", **inputs)["y"].astype(np.float64)
+    assert np.linalg.norm(ours - reference) <= 2e-2 * np.linalg.norm(reference)
+    assert program.report["checks"] and program.report["exact"].get("draws")   # end to end, random and exact
+
+
+def test_a_wrongly_stitched_program_is_caught_end_to_end_and_the_model_searched_whole(monkeypatch) -> None:
+    """Were the stitching wrong (here, each layer bound to the next layer's weights), the end-to-end random test
+    rejects it: the model is then searched whole, and the report says why."""
+    real = pipeline.stitched
+
+    def crossed(model, layers: Layers, programs):
+        pieces = list(layers.pieces)
+        pieces[0] = replace(pieces[0], reads=pieces[0].reads[:1] + pieces[1].reads[1:])   # layer 1's weights
+        return real(model, Layers(tuple(pieces), layers.repeats), programs)
+    monkeypatch.setattr(pipeline, "stitched", crossed)
+    program = ts.compile(residual_layers(3), budget_s=4.0, profile=False, cache=False, progress=False)
+    assert "end-to-end test" in program.report["left_out"]["layers"] and not program.report["layers"]
+    inputs = random_inputs(program.graph, seed=4)
+    reference = evaluate(program.graph, inputs)["y"]
+    ours = program(device="cpu", **inputs)["y"].astype(np.float64)
+    assert np.linalg.norm(ours - reference) <= 2e-2 * np.linalg.norm(reference)
