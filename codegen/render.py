@@ -21,6 +21,7 @@ from functools import lru_cache
 import jinja2
 
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule, kernel_structure
+from tensorsmith.ir.layers import untagged
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op, VIEWS
 
@@ -99,7 +100,7 @@ def entry_name(kernel: Kernel, graph: str, placeholder_source: str) -> str:
     """The kernel's function name: what it computes (its name without the graph's or its place's) and a digest of
     its source under placeholder names, so that kernels that compute alike (a model's identical layers) have one
     name, one source and one cubin, while the kernel keeps its own name in its file and the report."""
-    label = re.sub(r"\d*_*$", "", kernel.name.removeprefix(f"{graph}_")) or kernel.archetype
+    label = re.sub(r"\d*_*$", "", untagged(kernel.name.removeprefix(f"{graph}_"))) or kernel.archetype
     return f"{label}_{hashlib.sha256(placeholder_source.encode()).hexdigest()[:10]}"
 
 

@@ -300,9 +300,24 @@ def format_table(doc: dict) -> str:
         footer.append("rewrites that fired while saturating: "
                       + ", ".join(f"{name} x{count}" for name, count in sorted(fired, key=lambda r: -r[1])))
     footer += _form_lines(report.get("forms", []))
+    footer += _layer_lines(report.get("layers") or {})
     if report.get("from_cache"):
         footer.append("(from the cache)")
     return "\n".join([title, *lines, *footer])
+
+
+def _layer_lines(layers: dict) -> list[str]:
+    """The model's identical layers and each distinct piece's search, where it had them."""
+    if not layers:
+        return []
+    def us(value: float | None) -> str:
+        return f"{value:.1f} us" if value is not None else "-"
+    lines = [f"{layers['identical']} identical layers: each distinct piece compiled once (predicted / measured,"
+             f" compile seconds):"]
+    for piece in layers["pieces"]:
+        lines.append(f"  {piece['piece']}: {piece['kernels']} kernels, {us(piece['predicted_us'])} /"
+                     f" {us(piece['measured_us'])}, {sum(piece['stage_seconds'].values()):.1f} s")
+    return lines
 
 
 def _form_lines(forms: list[dict]) -> list[str]:

@@ -176,13 +176,14 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
         c.reference_s = time.monotonic() - began
     distinct = layers.distinct()
     sizes = [len(piece.graph.nodes()) for piece in distinct]
+    titles = [piece.tag if piece.tag != "layer0" else f"layer (x{layers.repeats})" for piece in distinct]
     programs: dict[str, KernelProgram] = {}
     parts: list[Compilation] = []
     for i, piece in enumerate(distinct):
         left = c.deadline - time.monotonic() - END_TO_END_EVALUATIONS * c.reference_s
         share = max(left, 0.0) * sizes[i] / sum(sizes[i:])
         part = Compilation(piece.graph, replace(c.options, budget_s=max(share, MIN_PIECE_S), began=None,
-                                                example_inputs=None),
+                                                example_inputs=None, progress=_titled(c.options.progress, titles[i])),
                            c.target, kernel_times_path=c.kernel_times_path, kernel_times=c.kernel_times,
                            deadline=time.monotonic() + max(share, MIN_PIECE_S), launch_measured=c.launch_measured)
         for stage in STAGES:
@@ -206,22 +207,28 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
         made = inline(part.chosen_graph(), {f"x{i}": values[id(node)] for i, node in enumerate(piece.reads)})
         values.update({id(node): made[f"y{i}"] for i, node in enumerate(piece.writes)})
     chosen.outputs = {name: values[id(node)] for name, node in c.graph.outputs.items()}
-    c.chosen, c.forms = chosen, [search.Form(chosen, None, LAYERED)]
+    c.chosen, c.forms = chosen, [search.Form(chosen, None, WRITTEN)]   # each piece chose its own form
     c.kernel_program = program
     c.search = search.SearchResult(program, program_seconds(program, c.target) * 1e6,
                                    measured * 1e6 if measured is not None else None,
                                    [entry for part in parts for entry in part.search.history],
                                    _summed([part.search.stats for part in parts]), checks=checks)
     c.layers = {"identical": layers.repeats, "pieces": [
-        {"piece": piece.tag if piece.tag != "layer0" else f"layer (x{layers.repeats})", "nodes": size,
+        {"piece": title, "nodes": size,
          "kernels": len(part.program().kernels), "predicted_us": part.search.predicted_us,
          "measured_us": part.search.measured_us, "stage_seconds": {k: round(v, 4) for k, v in part.seconds.items()}}
-        for piece, size, part in zip(distinct, sizes, parts)]}
+        for title, size, part in zip(titles, sizes, parts)]}
 
 
 END_TO_END_EVALUATIONS = 3   # reference evaluations' time kept for the stitched program's test and GPU check
 MIN_PIECE_S = 1.0            # the least budget a piece is searched in
-LAYERED = "layers searched once"
+
+
+def _titled(progress: Callable[[object], None] | None, title: str) -> Callable[[object], None] | None:
+    """A piece's search progress, named by its piece; its stages' names are not the model's stages."""
+    if progress is None:
+        return None
+    return lambda event: progress(replace(event, piece=title)) if isinstance(event, search.SearchProgress) else None
 
 
 def _summed(stats: list[search.SearchStats]) -> search.SearchStats:

@@ -20,7 +20,8 @@ def search_summary(search: SearchProgress) -> str:
     """The search's counts so far, as one clause."""
     best = f"{search.best_us:.1f} us" if search.best_us is not None else "-"
     rejected = f", {search.rejected} faulted or wrong on the GPU" if search.rejected else ""
-    return (f"{search.tried} candidates tried, {search.pruned_schedules} schedules ruled out, {search.pruned_by_z3} "
+    piece = f"{search.piece}: " if search.piece else ""
+    return (f"{piece}{search.tried} candidates tried, {search.pruned_schedules} schedules ruled out, {search.pruned_by_z3} "
             f"pruned by Z3, {search.verified} verified{rejected}, best {best}")
 
 

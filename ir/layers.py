@@ -5,6 +5,7 @@ Identical layers (the same ops, shapes and dtypes, up to which weights they read
 compiler searches one of them and binds its program to the others' weights (issue 41)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Iterable
 
@@ -16,6 +17,12 @@ from .ops import Op
 from .patterns import match_matmul
 
 MIN_REPEATS = 2           # identical layers in a row before they are searched once
+PIECE_TAG = re.compile(r"^(prefix|suffix|layer\d+)_")   # what `stitched` puts before a piece's kernel names
+
+
+def untagged(name: str) -> str:
+    """A stitched kernel's name without its piece's tag: the same for every layer's copy of one kernel."""
+    return PIECE_TAG.sub("", name)
 
 
 @dataclass(frozen=True)

