@@ -238,8 +238,8 @@ def _stitched_graph(model: Graph, layers: Layers, chosen: dict[str, Graph]) -> G
     graph.inputs = dict(model.inputs)
     values: dict[int, Node] = {id(node): node for node in model.inputs.values()}
     for piece in layers.pieces:
-        made = inline(chosen[piece.structure], {f"x{i}": values[id(node)] for i, node in enumerate(piece.reads)})
-        values.update({id(node): made[f"y{i}"] for i, node in enumerate(piece.writes)})
+        made = inline(chosen[piece.structure], {name: values[id(node)] for name, node in piece.binding.items()})
+        values.update({id(node): made[name] for name, node in piece.results.items()})
     graph.outputs = {name: values[id(node)] for name, node in model.outputs.items()}
     return graph
 

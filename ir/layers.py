@@ -38,7 +38,13 @@ class Piece:
 
     @property
     def binding(self) -> dict[str, Node]:
+        """The model's node each input of `graph` stands for, by input name."""
         return {f"x{i}": node for i, node in enumerate(self.reads)}
+
+    @property
+    def results(self) -> dict[str, Node]:
+        """The model's node each output of `graph` computes, by output name."""
+        return {f"y{i}": node for i, node in enumerate(self.writes)}
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,10 @@ class Layers:
 
     def distinct(self) -> list[Piece]:
         """One piece of each structure, first seen first: what a compiler searches."""
-        return list({piece.structure: piece for piece in reversed(self.pieces)}.values())[::-1]
+        first: dict[str, Piece] = {}
+        for piece in self.pieces:
+            first.setdefault(piece.structure, piece)
+        return list(first.values())
 
 
 def find_layers(graph: Graph, min_repeats: int = MIN_REPEATS) -> Layers | None:
@@ -267,12 +276,13 @@ def stitched(model: Graph, layers: Layers, programs: dict[str, KernelProgram]) -
     kernels: list[Kernel] = []
     for piece in layers.pieces:
         program = programs[piece.structure]
-        names = {f"x{i}": buffer_of[id(node)] for i, node in enumerate(piece.reads)}
-        for i, node in enumerate(piece.writes):
-            names[program.outputs[f"y{i}"]] = buffer_of[id(node)] = output_of.get(id(node), f"{piece.tag}_y{i}")
+        names = {name: buffer_of[id(node)] for name, node in piece.binding.items()}
+        for name, node in piece.results.items():
+            names[program.outputs[name]] = buffer_of[id(node)] = (
+                output_of.get(id(node)) or _fresh(f"{piece.tag}_{name}", buffers, model))
         for name, buffer in program.buffers.items():
             if name not in names:
-                names[name] = f"{piece.tag}_{name}"
+                names[name] = _fresh(f"{piece.tag}_{name}", buffers, model)
             if buffer.role != "input":
                 renamed = names[name]
                 buffers[renamed] = Buffer(renamed, buffer.shape, buffer.dtype,
@@ -287,6 +297,13 @@ def stitched(model: Graph, layers: Layers, programs: dict[str, KernelProgram]) -
             copy = P.contiguous(P.input_(source.name, source.shape, source.dtype))
             kernels.append(Kernel(f"{model.name}_{name}", "pointwise", ((name, copy),)))
     return KernelProgram(model.name, buffers, kernels, tuple(model.inputs), {name: name for name in model.outputs})
+
+
+def _fresh(name: str, buffers: dict[str, Buffer], model: Graph) -> str:
+    """`name`, with underscores added where a buffer or one of the model's inputs or outputs has it."""
+    while name in buffers or name in model.inputs or name in model.outputs:
+        name += "_"
+    return name
 
 
 def _renamed(outputs: tuple[tuple[str, Node], ...], names: dict[str, str]) -> tuple[tuple[str, Node], ...]:

@@ -74,8 +74,8 @@ def test_pieces_inlined_on_the_model_inputs_are_the_model() -> None:
     assert layers is not None
     values = {id(node): node for node in graph.inputs.values()}
     for piece in layers.pieces:
-        made = inline(piece.graph, {f"x{i}": values[id(node)] for i, node in enumerate(piece.reads)})
-        values.update({id(node): made[f"y{i}"] for i, node in enumerate(piece.writes)})
+        made = inline(piece.graph, {name: values[id(node)] for name, node in piece.binding.items()})
+        values.update({id(node): made[name] for name, node in piece.results.items()})
     again = ts.Graph("ends")
     again.inputs, again.outputs = dict(graph.inputs), {"y": values[id(graph.outputs["y"])]}
     inputs = random_inputs(graph, seed=5)
