@@ -166,3 +166,18 @@ def test_a_second_compile_reuses_the_kernel_times_the_first_measured(tmp_path: P
     inputs = random_inputs(graph, seed=77)
     for check in compare(graph, second(device="cuda", **inputs), ts.evaluate(graph, inputs)):
         assert check.ok, f"{check.output}: relative L2 {check.error:.3g}"
+
+
+def test_a_layered_model_measures_one_layer_and_runs_every_layer_on_its_own_weights(tmp_path: Path) -> None:
+    """Issue 41 on the GPU: identical layers are searched and measured once; the stitched program is checked on the
+    GPU before it is returned, and each layer computes with its own weights."""
+    from graph_cases import residual_layers
+    graph = residual_layers(6)
+    program = ts.compile(graph, budget_s=10.0, seed=0, cache_dir=tmp_path, progress=False)
+    layers = program.report["layers"]
+    assert layers["identical"] == 6 and layers["pieces"][0]["measured_us"] is not None
+    assert program.report["total_ms"] is not None and program.report["search"]["measured_us"] is not None
+    inputs = random_inputs(graph, seed=77)
+    outputs = program(device="cuda", **inputs)
+    for check in compare(graph, outputs, ts.evaluate(graph, inputs)):
+        assert check.ok, f"{check.output}: relative L2 {check.error:.3g} > {check.tolerance:g}"
