@@ -188,7 +188,7 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
     chosen = _stitched_graph(c.graph, layers, {piece.structure: part.chosen_graph()
                                                for piece, part in zip(distinct, parts)})
     try:
-        checks = verify_program(c.graph, program, c.options.seed, memo=c.draws)
+        checks = verify_program(c.graph, program, c.options.seed, draws=END_TO_END_DRAWS, memo=c.draws)
     except NoiseOnlyError as err:   # rounding noise only, as deep models' outputs may be: the exact check decides
         if evaluation_size(chosen) > EXACT_MAX_WORK:
             raise
@@ -208,7 +208,9 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
         for title, size, part in zip(titles, sizes, parts)]}
 
 
-END_TO_END_EVALUATIONS = 3   # reference evaluations' time kept for the stitched program's test and GPU check
+END_TO_END_DRAWS = 1         # the stitched program's random tests: each piece was tested on its own draws, so this
+                             # test is of the stitching (the GPU's check of draw 0 is a second, independent one)
+END_TO_END_EVALUATIONS = 3   # reference evaluations' time kept for that test and the GPU's check
 MIN_PIECE_S = 1.0            # the least budget a piece is searched in
 
 
