@@ -28,7 +28,7 @@ def untagged(name: str) -> str:
 @dataclass(frozen=True)
 class Piece:
     """A stretch of the model as a graph of its own: its input `x<i>` is the model's node `reads[i]` (a weight, a
-    shared input, or the value the previous piece carried), its output `y<i>` the model's node `writes[i]`."""
+    shared input, or the value the previous piece carried), its i-th output the model's node `writes[i]`."""
 
     tag: str                      # "prefix", "layer0", "layer1", ..., "suffix": names its kernels and buffers
     graph: Graph
@@ -39,12 +39,12 @@ class Piece:
     @property
     def binding(self) -> dict[str, Node]:
         """The model's node each input of `graph` stands for, by input name."""
-        return {f"x{i}": node for i, node in enumerate(self.reads)}
+        return dict(zip(self.graph.inputs, self.reads))
 
     @property
     def results(self) -> dict[str, Node]:
         """The model's node each output of `graph` computes, by output name."""
-        return {f"y{i}": node for i, node in enumerate(self.writes)}
+        return dict(zip(self.graph.outputs, self.writes))
 
 
 @dataclass(frozen=True)
@@ -232,8 +232,8 @@ def _has_matmul(spans: Iterable[list[Node]]) -> bool:
 
 def _piece(model: str, tag: str, nodes: list[Node], order: list[Node], free: set[int], graph: Graph) -> Piece:
     """`nodes` (non-free, in order) as a graph: what they read from outside becomes inputs x0, x1, ... by first use,
-    free nodes they read are computed again inside, and what is used outside (or is a model output) becomes
-    outputs y0, y1, ... in order."""
+    free nodes they read are computed again inside, and what is used outside (or is a model output) becomes its
+    outputs, in order, each named by its op."""
     inside = {id(node) for node in nodes}
     users = consumers(order)
     outputs = {id(node) for node in graph.outputs.values()}
@@ -250,10 +250,16 @@ def _piece(model: str, tag: str, nodes: list[Node], order: list[Node], free: set
             copies[id(node)] = replace(node, srcs=tuple(copies[id(src)] for src in node.srcs))
     piece = Graph(f"{model}_{tag}")
     piece.inputs = {f"x{i}": copies[id(node)] for i, node in enumerate(reads)}
-    piece.outputs = {f"y{i}": copies[id(node)] for i, node in enumerate(writes)}
+    piece.outputs = {_output_name(node, i): copies[id(node)] for i, node in enumerate(writes)}
     shape_only = Graph("piece")
     shape_only.inputs, shape_only.outputs = piece.inputs, piece.outputs
     return Piece(tag, piece, tuple(reads), tuple(writes), shape_only.structural_hash())
+
+
+def _output_name(node: Node, position: int) -> str:
+    """A piece's output named by what computes it (`add0`), as the kernel that writes it and its function are."""
+    label = re.sub(r"[^A-Za-z0-9]+", "_", node.api or node.op.value).strip("_") or "out"
+    return f"{label}{position}" if label != "x" else f"out{position}"   # inputs are x0, x1, ...
 
 
 def inline(graph: Graph, reads: dict[str, Node]) -> dict[str, Node]:
