@@ -136,10 +136,11 @@ def _search(c: Compilation) -> None:
         if c.found_layers is not None:
             try:
                 return _search_layers(c, c.found_layers, gpu if on_gpu else None)
-            except VerificationError as err:   # each piece was verified: this would be a fault of the stitching
-                log.warning("the program of %r stitched from its layers failed its end-to-end test (%s); the model"
-                            " is searched whole, as written", c.graph.name, err)
-                c.left_out["layers"] = f"the program stitched from its layers failed its end-to-end test ({err})"
+            except VerificationError as err:   # a piece with no verified program, or a fault of the stitching
+                log.warning("compiling %r layer by layer failed verification (%s); the model is searched whole, as"
+                            " written", c.graph.name, err)
+                c.left_out["layers"] = (f"compiling it layer by layer failed verification ({err}); the model was"
+                                        f" searched whole, as written")
                 c.layers, c.found_layers = {}, None
         _search_whole(c, gpu if on_gpu else None)
 
@@ -199,7 +200,8 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
     c.kernel_program = program
     c.search = search.SearchResult(program, program_seconds(program, c.target) * 1e6,
                                    measured * 1e6 if measured is not None else None,
-                                   [entry for part in parts for entry in part.search.history],
+                                   [{**entry, "name": f"{title}: {entry['name']}"}
+                                    for title, part in zip(titles, parts) for entry in part.search.history],
                                    _summed([part.search.stats for part in parts]), checks=checks)
     c.layers = {"identical": layers.repeats, "pieces": [
         {"piece": title, "nodes": size,

@@ -50,7 +50,7 @@ def test_a_wrongly_stitched_program_is_caught_end_to_end_and_the_model_searched_
         return real(model, Layers(tuple(pieces), layers.repeats), programs)
     monkeypatch.setattr(pipeline, "stitched", crossed)
     program = ts.compile(residual_layers(3), budget_s=4.0, profile=False, cache=False, progress=False)
-    assert "end-to-end test" in program.report["left_out"]["layers"] and not program.report["layers"]
+    assert "searched whole" in program.report["left_out"]["layers"] and not program.report["layers"]
     inputs = random_inputs(program.graph, seed=4)
     reference = evaluate(program.graph, inputs)["y"]
     ours = program(device="cpu", **inputs)["y"].astype(np.float64)
