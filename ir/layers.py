@@ -174,7 +174,7 @@ def _spans(graph: Graph, order: list[Node], free: set[int]) -> list[list[Node]]:
     return [span for span in spans if span]
 
 
-FEW_SPANS = 400           # spans few enough to try every stretch of them as the unit a run repeats
+FEW_SPANS = 200           # spans few enough to try every stretch of them as the unit a run repeats
 
 
 def _layers(shapes: list[str], spans: list[list[Node]], order: list[Node], free: set[int], graph: Graph,
@@ -193,11 +193,12 @@ def _layers(shapes: list[str], spans: list[list[Node]], order: list[Node], free:
     before = [0]
     for span in spans:
         before.append(before[-1] + len(span))
+    ending = [{before[i] - b for b in before[:i]} for i in range(len(before))]        # sizes of stretches ending at i
+    starting = [{b - before[i] for b in before[i + 1:]} for i in range(len(before))]  # and of those starting there
     for start in range(len(spans)):
         for end in range(start + 1, len(spans) + 1):
             size = before[end] - before[start]
-            if not (size in {before[start] - b for b in before[:start]} or
-                    size in {b - before[end] for b in before[end + 1:]}) or not _has_matmul(spans[start:end]):
+            if not (size in ending[start] or size in starting[end]) or not _has_matmul(spans[start:end]):
                 continue    # nothing beside it holds as many nodes, so nothing beside it is the same piece
             layers = _widened([(start, end)], spans, order, free, graph)
             if len(layers) >= min_repeats and (best is None or _covered(layers, spans) > _covered(best, spans)):
