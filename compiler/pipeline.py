@@ -17,7 +17,7 @@ from tensorsmith.codegen.launch_cost import measured_launch_seconds
 from tensorsmith.codegen.nvrtc import compile_many, prefetch
 from tensorsmith.codegen.render import MEASURED_PLACEHOLDER, RenderedKernel, render_program
 from tensorsmith.codegen.runtime import device_name, gpu_available
-from tensorsmith.ir.errors import DeviceError, GraphError, InputError, TensorsmithError
+from tensorsmith.ir.errors import CompileError, DeviceError, GraphError, InputError, KernelFault, TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.interpreter import evaluate
 from tensorsmith.ir.kernel_program import KernelProgram
@@ -107,7 +107,8 @@ def _find_layers(c: Compilation) -> None:
 
 
 def _saturate(c: Compilation) -> None:
-    if c.options.rewrites and c.found_layers is None:   # a layered model's pieces are saturated one by one
+    if c.options.rewrites and c.found_layers is None:   # a layered model's pieces are saturated one by one (and
+        # the model, should that fail, is searched as written)
         c.saturated = rewrites.saturate(c.graph)
 
 
@@ -136,7 +137,8 @@ def _search(c: Compilation) -> None:
         if c.found_layers is not None:
             try:
                 return _search_layers(c, c.found_layers, gpu if on_gpu else None)
-            except VerificationError as err:   # a piece with no verified program, or a fault of the stitching
+            except (VerificationError, KernelFault, CompileError) as err:   # a piece with no verified program, or
+                # a stitched program that is wrong, faults or does not compile: the whole model's search skips such
                 log.warning("compiling %r layer by layer failed verification (%s); the model is searched whole, as"
                             " written", c.graph.name, err)
                 c.left_out["layers"] = (f"compiling it layer by layer failed verification ({err}); the model was"
@@ -177,7 +179,7 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
         c.reference_s = time.monotonic() - began
     distinct = layers.distinct()
     sizes = [len(piece.graph.nodes()) for piece in distinct]
-    titles = [piece.tag if piece.tag != "layer0" else f"layer (x{layers.repeats})" for piece in distinct]
+    titles = [piece.tag if piece.tag != "layer0" else f"layer (x{layers.identical()})" for piece in distinct]
     programs: dict[str, KernelProgram] = {}
     parts: list[Compilation] = []
     for i, piece in enumerate(distinct):
@@ -189,7 +191,8 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
     chosen = _stitched_graph(c.graph, layers, {piece.structure: part.chosen_graph()
                                                for piece, part in zip(distinct, parts)})
     try:
-        checks = verify_program(c.graph, program, c.options.seed, draws=END_TO_END_DRAWS, memo=c.draws)
+        checks = verify_program(c.graph, program, c.options.seed, memo=c.draws,
+                                draws=END_TO_END_DRAWS + (c.options.example_inputs is not None))   # and a random one
     except NoiseOnlyError as err:   # rounding noise only, as deep models' outputs may be: the exact check decides
         if evaluation_size(chosen) > EXACT_MAX_WORK:
             raise
@@ -203,7 +206,7 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
                                    [{**entry, "name": f"{title}: {entry['name']}"}
                                     for title, part in zip(titles, parts) for entry in part.search.history],
                                    _summed([part.search.stats for part in parts]), checks=checks)
-    c.layers = {"identical": layers.repeats, "pieces": [
+    c.layers = {"identical": layers.identical(), "pieces": [
         {"piece": title, "nodes": size,
          "kernels": len(part.program().kernels), "predicted_us": part.search.predicted_us,
          "measured_us": part.search.measured_us, "stage_seconds": {k: round(v, 4) for k, v in part.seconds.items()}}

@@ -49,10 +49,16 @@ class Piece:
 
 @dataclass(frozen=True)
 class Layers:
-    """The model as pieces in order: a prefix (where there is one), `repeats` identical layers, a suffix."""
+    """The model as pieces in order: a prefix and a suffix where there are such, and `repeats` layers between."""
 
     pieces: tuple[Piece, ...]
     repeats: int
+
+    def identical(self) -> int:
+        """How many layers are the first layer's piece exactly (a layer that differs in how its own spans connect is
+        a distinct piece, searched on its own)."""
+        first = next(piece for piece in self.pieces if piece.tag == "layer0")
+        return sum(piece.structure == first.structure for piece in self.pieces)
 
     def distinct(self) -> list[Piece]:
         """One piece of each structure, first seen first: what a compiler searches."""
@@ -260,7 +266,9 @@ def _piece(model: str, tag: str, nodes: list[Node], order: list[Node], free: set
 def _output_name(node: Node, position: int) -> str:
     """A piece's output named by what computes it (`add0`), as the kernel that writes it and its function are."""
     label = re.sub(r"[^A-Za-z0-9]+", "_", node.api or node.op.value).strip("_") or "out"
-    return f"{label}{position}" if label != "x" else f"out{position}"   # inputs are x0, x1, ...
+    if label == "x":                        # inputs are x0, x1, ...
+        label = "out"
+    return f"{label}_{position}" if label[-1].isdigit() else f"{label}{position}"   # exp2_1 is not exp21
 
 
 def inline(graph: Graph, reads: dict[str, Node]) -> dict[str, Node]:
@@ -281,15 +289,16 @@ def stitched(model: Graph, layers: Layers, programs: dict[str, KernelProgram]) -
     for name, node in model.outputs.items():
         output_of.setdefault(id(node), name)
     kernels: list[Kernel] = []
+    taken = {*model.inputs, *model.outputs}
     for piece in layers.pieces:
         program = programs[piece.structure]
         names = {name: buffer_of[id(node)] for name, node in piece.binding.items()}
         for name, node in piece.results.items():
             names[program.outputs[name]] = buffer_of[id(node)] = (
-                output_of.get(id(node)) or _fresh(f"{piece.tag}_{name}", buffers, model))
+                output_of.get(id(node)) or _fresh(f"{piece.tag}_{name}", taken))
         for name, buffer in program.buffers.items():
             if name not in names:
-                names[name] = _fresh(f"{piece.tag}_{name}", buffers, model)
+                names[name] = _fresh(f"{piece.tag}_{name}", taken)
             if buffer.role != "input":
                 renamed = names[name]
                 buffers[renamed] = Buffer(renamed, buffer.shape, buffer.dtype,
@@ -306,10 +315,11 @@ def stitched(model: Graph, layers: Layers, programs: dict[str, KernelProgram]) -
     return KernelProgram(model.name, buffers, kernels, tuple(model.inputs), {name: name for name in model.outputs})
 
 
-def _fresh(name: str, buffers: dict[str, Buffer], model: Graph) -> str:
-    """`name`, with underscores added where a buffer or one of the model's inputs or outputs has it."""
-    while name in buffers or name in model.inputs or name in model.outputs:
+def _fresh(name: str, taken: set[str]) -> str:
+    """`name`, with underscores added where a name `taken` holds has it; then taken too."""
+    while name in taken:
         name += "_"
+    taken.add(name)
     return name
 
 
