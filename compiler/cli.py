@@ -49,6 +49,8 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-profile", action="store_true", help="do not time kernels even where a GPU is present")
     parser.add_argument("--no-rewrites", action="store_true",
                         help="compile the graph as written: no e-graph, only its kernels and schedules searched")
+    parser.add_argument("--no-layers", action="store_true",
+                        help="search a model of identical layers whole, not one distinct layer at a time")
     parser.add_argument("--cache-dir", help="where compiled programs are cached (default ~/.cache/tensorsmith/programs)")
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the compiled-program cache")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each stage's time")
@@ -177,7 +179,7 @@ def run_compile(args: argparse.Namespace) -> int:
     program = compile(graph, target=args.target, budget_s=args.budget, seed=args.seed,
                       profile=False if args.no_profile else None, progress=progress,
                       cache=not args.no_cache, cache_dir=args.cache_dir, rewrites=not args.no_rewrites,
-                      example_inputs=examples)
+                      example_inputs=examples, layers=not args.no_layers)
     progress.done()
     if bound:     # an ONNX model's initializers, kept in the folder: `run` then needs only its real inputs
         program = dataclasses.replace(program, bound={name: np.asarray(value) for name, value in bound.items()})

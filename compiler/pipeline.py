@@ -54,6 +54,7 @@ class CompileOptions:
     rewrites: bool = True              # False: the graph as written is searched, the e-graph not built
     example_inputs: Mapping[str, Any] | None = None   # verification's first draw, where the user gives one
     began: float | None = None         # time.monotonic() when the budget began (an importer's start); None: now
+    layers: bool = True                # False: a model of identical layers is searched whole, not layer by layer
 
 
 @dataclass
@@ -103,7 +104,7 @@ class Compilation:
 
 
 def _find_layers(c: Compilation) -> None:
-    c.found_layers = find_layers(c.graph)
+    c.found_layers = find_layers(c.graph) if c.options.layers else None
 
 
 def _saturate(c: Compilation) -> None:
@@ -440,7 +441,8 @@ STAGES: list[Stage] = [
 def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: int = 0,
             profile: bool | None = None, progress: Callable[[object], None] | bool | None = None,
             cache: bool = True, cache_dir: str | Path | None = None, rewrites: bool = True,
-            example_inputs: Mapping[str, Any] | None = None, began: float | None = None) -> Program:
+            example_inputs: Mapping[str, Any] | None = None, began: float | None = None,
+            layers: bool = True) -> Program:
     """Compile `graph` for `target` into a verified Program (profiled where a GPU is present).
 
     `budget_s` bounds the whole compile but for the winner's verification (see `compile --help`). A graph compiled
@@ -451,11 +453,12 @@ def compile(graph: Graph, target: str = "sm90", budget_s: float = 60.0, seed: in
     `example_inputs` (arrays by input name, at the scale the program will see) are the first inputs every candidate
     is tested on, before random ones. `began` (a time.monotonic() reading) starts the budget earlier than the call:
     ts.from_torch and ts.from_onnx pass when their import began, so that the import is inside the budget.
+    `layers=False` searches a model of identical layers whole rather than one distinct layer at a time.
     """
     reporter = default_progress(graph.name, len(STAGES)) if progress is None or progress is True else None
     callback = reporter if reporter is not None else progress if callable(progress) else None
     try:
-        options = CompileOptions(target, budget_s, seed, profile, callback, rewrites, example_inputs, began)
+        options = CompileOptions(target, budget_s, seed, profile, callback, rewrites, example_inputs, began, layers)
         store = ProgramCache(Path(cache_dir) if cache_dir else None) if cache else None
         return _compile(graph, options, store)
     finally:
@@ -484,6 +487,7 @@ def _compile(graph: Graph, options: CompileOptions, store: ProgramCache | None) 
     examples = options.example_inputs
     key = program_key(graph, target, {"seed": seed, "budget_s": budget_s, "profile": _profiles(profile),
                                       **({} if options.rewrites else {"rewrites": False}),
+                                      **({} if options.layers else {"layers": False}),
                                       **({} if examples is None else {"examples": example_digest(examples)})},
                       VERSION)
     if store is not None and (hit := store.get(key, graph)) is not None:

@@ -55,3 +55,11 @@ def test_a_wrongly_stitched_program_is_caught_end_to_end_and_the_model_searched_
     reference = evaluate(program.graph, inputs)["y"]
     ours = program(device="cpu", **inputs)["y"].astype(np.float64)
     assert np.linalg.norm(ours - reference) <= 2e-2 * np.linalg.norm(reference)
+
+
+def test_layers_off_searches_the_model_whole_and_is_cached_apart(tmp_path) -> None:
+    whole = ts.compile(residual_layers(3), budget_s=3.0, profile=False, cache_dir=tmp_path, progress=False,
+                       layers=False)
+    assert not whole.report["layers"] and not any("_layer" in kernel.name for kernel in whole.kernels)
+    layered = ts.compile(residual_layers(3), budget_s=3.0, profile=False, cache_dir=tmp_path, progress=False)
+    assert layered.report["layers"]["identical"] == 3 and not layered.report.get("from_cache")
