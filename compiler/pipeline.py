@@ -174,10 +174,7 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
     through LAYER_STAGES in a share of what is left of the budget by its size, then the model's program stitched
     from them: every layer runs the kernels and schedules of the one searched, on its own weights. The stitched
     program is random-tested against the user's graph end to end (and checked on the GPU) before it counts."""
-    if c.reference_s is None:   # the end-to-end test's draw, timed: its test and the GPU's check are kept time for
-        began = time.monotonic()
-        c.draws[0] = reference_draw(c.graph, c.options.seed, 0)
-        c.reference_s = time.monotonic() - began
+    _time_reference(c)   # the end-to-end test's draw, timed: its test and the GPU's check are kept time for
     distinct = layers.distinct()
     sizes = [len(piece.graph.nodes()) for piece in distinct]
     titles = [piece.tag if piece.tag != "layer0" else f"layer (x{layers.identical()})" for piece in distinct]
@@ -272,14 +269,20 @@ def _summed(stats: list[search.SearchStats]) -> search.SearchStats:
 def _search_chosen(c: Compilation, measure: Callable[[KernelProgram], float] | None) -> Any:
     """search_program on the chosen graph, its candidates tested against the user's, in what is left of the budget."""
     budget = max(c.deadline - time.monotonic(), MIN_SEARCH_SHARE * c.options.budget_s)
-    if c.reference_s is None:   # timed here once, and held whatever its size: the search, a second search (the
-        began = time.monotonic()  # fallback), the GPU's checks and the profile all read draw 0
-        c.draws[0] = reference_draw(c.graph, c.options.seed, 0)
-        c.reference_s = time.monotonic() - began
+    _time_reference(c)
     return search.search_program(c.chosen_graph(), c.target, budget, c.options.seed, measure=measure,
                                  progress=c.options.progress, reference=c.graph, draws=c.draws,
                                  reference_s=c.reference_s, forms=[form.graph for form in c.forms[1:]],
                                  on_leader=partial(_prefetch, c))
+
+
+def _time_reference(c: Compilation) -> None:
+    """Draw 0 and its reference outputs, timed once (`reference_s`) and held whatever their size: the search, a
+    second search (the fallback), the GPU's checks and the profile all read it."""
+    if c.reference_s is None:
+        began = time.monotonic()
+        c.draws[0] = reference_draw(c.graph, c.options.seed, 0)
+        c.reference_s = time.monotonic() - began
 
 
 def _prefetch(c: Compilation, program: KernelProgram) -> None:

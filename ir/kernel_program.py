@@ -15,6 +15,7 @@ from typing import Mapping
 
 import numpy as np
 
+from . import primitives as P
 from .dtypes import DType, round_to_register
 from .interpreter import evaluate_nodes
 from .node import Node, toposort
@@ -163,6 +164,20 @@ class ExecutionMemo:
         self.held += size
         while self.held > self.max_bytes:
             self.held -= sum(array.nbytes for array in self._stored.pop(next(iter(self._stored))))
+
+
+def output_copies(graph: str, outputs: Mapping[str, Node], buffer_of: Mapping[int, str],
+                  buffers: dict[str, Buffer]) -> list[Kernel]:
+    """A copy kernel for each output whose value is in a buffer of another name (a second name for one value, or an
+    input passed straight out), its buffer added to `buffers`."""
+    kernels = []
+    for name, node in outputs.items():
+        if buffer_of[id(node)] != name:
+            source = buffers[buffer_of[id(node)]]
+            buffers[name] = Buffer(name, node.shape, node.dtype, "output")
+            copy = P.contiguous(P.input_(source.name, source.shape, source.dtype))
+            kernels.append(Kernel(f"{graph}_{name}", "pointwise", ((name, copy),)))
+    return kernels
 
 
 def kernel_structure(kernel: Kernel, lines: bool = False) -> tuple:

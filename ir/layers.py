@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Iterable
 
 from . import primitives as P
 from .graph import Graph
-from .kernel_program import Buffer, Kernel, KernelProgram
+from .kernel_program import Buffer, Kernel, KernelProgram, output_copies
 from .node import Node, consumers, toposort
 from .ops import Op
 from .patterns import match_matmul
@@ -71,51 +70,97 @@ class Layers:
 def find_layers(graph: Graph, min_repeats: int = MIN_REPEATS) -> Layers | None:
     """The model's longest run of identical layers, each holding a matrix product, cut where one value carries
     everything forward; None where there is no such run of `min_repeats` or more."""
-    order = _late_order(graph)
-    free = _free(order)
-    if any(id(node) in free for node in graph.outputs.values()):
-        return None   # an output that is an input, or computed from constants only: no piece computes it
-    spans = _spans(graph, order, free)
-    if len(spans) < min_repeats:
+    cut = _Cut.of(graph)
+    if cut is None or len(cut.spans) < min_repeats:
         return None
-    shapes = [_piece(graph.name, "span", span, order, free, graph).structure for span in spans]
-    layers = _layers(shapes, spans, order, free, graph, min_repeats)
+    layers = _layers(cut, min_repeats)
     if layers is None:
         return None
-    groups: list[tuple[str, list[list[Node]]]] = []
+    groups: list[tuple[str, int, int]] = []
     if layers[0][0]:
-        groups.append(("prefix", spans[:layers[0][0]]))
-    groups += [(f"layer{i}", spans[first:end]) for i, (first, end) in enumerate(layers)]
-    if layers[-1][1] < len(spans):
-        groups.append(("suffix", spans[layers[-1][1]:]))
-    pieces = tuple(_piece(graph.name, tag, [node for span in group for node in span], order, free, graph)
-                   for tag, group in groups)
-    return Layers(pieces, len(layers))
+        groups.append(("prefix", 0, layers[0][0]))
+    groups += [(f"layer{i}", first, end) for i, (first, end) in enumerate(layers)]
+    if layers[-1][1] < len(cut.spans):
+        groups.append(("suffix", layers[-1][1], len(cut.spans)))
+    return Layers(tuple(cut.piece(tag, first, end) for tag, first, end in groups), len(layers))
 
 
-def _widened(layers: list[tuple[int, int]], spans: list[list[Node]], order: list[Node], free: set[int],
-             graph: Graph) -> list[tuple[int, int]]:
+@dataclass(frozen=True)
+class _Cut:
+    """A graph cut into spans: its nodes in a late order, which of them are free, who uses each, the spans of non-free
+    nodes between cuts and how many nodes come before each span."""
+
+    graph: Graph
+    order: list[Node]
+    free: set[int]
+    users: dict[int, list[Node]]
+    spans: list[list[Node]]
+    before: list[int]
+
+    @staticmethod
+    def of(graph: Graph) -> "_Cut | None":
+        """None where an output is an input, or computed from constants only: no piece computes it."""
+        order = _late_order(graph)
+        free = _free(order)
+        if any(id(node) in free for node in graph.outputs.values()):
+            return None
+        users = consumers(order)
+        spans = _spans(graph, order, free, users)
+        before = [0]
+        for span in spans:
+            before.append(before[-1] + len(span))
+        return _Cut(graph, order, free, users, spans, before)
+
+    def size(self, first: int, end: int) -> int:
+        return self.before[end] - self.before[first]
+
+    def has_matmul(self, first: int, end: int) -> bool:
+        return any(match_matmul(node) is not None for span in self.spans[first:end] for node in span)
+
+    def structure(self, first: int, end: int) -> str:
+        return self.piece("span", first, end).structure
+
+    def piece(self, tag: str, first: int, end: int) -> Piece:
+        """Spans first..end-1 as a graph: what they read from outside becomes inputs x0, x1, ... by first use, free
+        nodes they read are computed again inside, and what is used outside (or is a model output) becomes its
+        outputs, in order, each named by its op."""
+        nodes = [node for span in self.spans[first:end] for node in span]
+        inside = {id(node) for node in nodes}
+        outputs = {id(node) for node in self.graph.outputs.values()}
+        writes = [node for node in nodes
+                  if id(node) in outputs or any(id(user) not in inside for user in self.users[id(node)])]
+        reads: list[Node] = []
+        copies: dict[int, Node] = {}
+        outside = {id(n) for n in self.order if id(n) not in inside and (n.op == Op.INPUT or id(n) not in self.free)}
+        for node in toposort(writes, stops=outside):
+            if id(node) in outside:
+                copies[id(node)] = P.input_(f"x{len(reads)}", node.shape, node.dtype)
+                reads.append(node)
+            else:
+                copies[id(node)] = replace(node, srcs=tuple(copies[id(src)] for src in node.srcs))
+        piece = Graph(f"{self.graph.name}_{tag}")
+        piece.inputs = {f"x{i}": copies[id(node)] for i, node in enumerate(reads)}
+        piece.outputs = {_output_name(node, i): copies[id(node)] for i, node in enumerate(writes)}
+        shape_only = Graph("piece")
+        shape_only.inputs, shape_only.outputs = piece.inputs, piece.outputs
+        return Piece(tag, piece, tuple(reads), tuple(writes), shape_only.structural_hash())
+
+
+def _widened(cut: _Cut, layers: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The run with the layers before and after it that are cut differently but are the same piece: the first
     layer reads an input where the others read a computed value, and so has cuts of its own inside. A stretch is
     built as a piece only where it holds as many nodes as the unit."""
-    before = [0]
-    for span in spans:
-        before.append(before[-1] + len(span))
-
-    def structure(first: int, end: int) -> str:
-        return _piece(graph.name, "span", [node for span in spans[first:end] for node in span], order, free,
-                      graph).structure
-    size = before[layers[0][1]] - before[layers[0][0]]
-    unit = structure(*layers[0])
+    size = cut.size(*layers[0])
+    unit = cut.structure(*layers[0])
     grown = True
     while grown:
         grown = False
         start, end = layers[0][0], layers[-1][1]
-        first = next((first for first in range(start - 1, -1, -1) if before[start] - before[first] == size), None)
-        if first is not None and structure(first, start) == unit:
+        first = next((first for first in range(start - 1, -1, -1) if cut.size(first, start) == size), None)
+        if first is not None and cut.structure(first, start) == unit:
             layers, grown = [(first, start)] + layers, True
-        last = next((last for last in range(end + 1, len(spans) + 1) if before[last] - before[end] == size), None)
-        if last is not None and structure(end, last) == unit:
+        last = next((last for last in range(end + 1, len(cut.spans) + 1) if cut.size(end, last) == size), None)
+        if last is not None and cut.structure(end, last) == unit:
             layers, grown = layers + [(end, last)], True
     return layers
 
@@ -126,22 +171,7 @@ def _late_order(graph: Graph) -> list[Node]:
     height: dict[int, int] = {}
     for node in toposort(graph.outputs.values()):
         height[id(node)] = 1 + max((height[id(src)] for src in node.srcs), default=-1)
-    order: list[Node] = []
-    seen: set[int] = set()
-    for root in graph.outputs.values():
-        stack: list[tuple[Node, bool]] = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                order.append(node)
-                continue
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            stack.append((node, True))
-            tallest_first = sorted(node.srcs, key=lambda src: -height[id(src)])
-            stack.extend((src, False) for src in reversed(tallest_first) if id(src) not in seen)
-    return order
+    return toposort(graph.outputs.values(), first=lambda src: -height[id(src)])
 
 
 def _free(order: list[Node]) -> set[int]:
@@ -154,10 +184,9 @@ def _free(order: list[Node]) -> set[int]:
     return free
 
 
-def _spans(graph: Graph, order: list[Node], free: set[int]) -> list[list[Node]]:
+def _spans(graph: Graph, order: list[Node], free: set[int], users: dict[int, list[Node]]) -> list[list[Node]]:
     """The non-free nodes of `order` cut after each node that is the only computed value used later."""
     place = {id(node): i for i, node in enumerate(order)}
-    users = consumers(order)
     outputs = {id(node) for node in graph.outputs.values()}
     last_use = {id(node): len(order) if id(node) in outputs else max((place[id(user)] for user in users[id(node)]),
                                                                      default=place[id(node)])
@@ -183,42 +212,39 @@ def _spans(graph: Graph, order: list[Node], free: set[int]) -> list[list[Node]]:
 FEW_SPANS = 200           # spans few enough to try every stretch of them as the unit a run repeats
 
 
-def _layers(shapes: list[str], spans: list[list[Node]], order: list[Node], free: set[int], graph: Graph,
-            min_repeats: int) -> list[tuple[int, int]] | None:
+def _layers(cut: _Cut, min_repeats: int) -> list[tuple[int, int]] | None:
     """The spans (first, end) of each layer of the longest run: the run of identical groups of spans that covers the
     most nodes, widened by the layers around it that are cut differently (`_widened`). Where no group repeats as cut
     but the spans are few (two layers, the first cut differently), every stretch is tried as the unit."""
-    run = _longest_run(shapes, spans, min_repeats)
+    run = _longest_run(cut, min_repeats)
     if run is not None:
         start, period, repeats = run
-        return _widened([(start + i * period, start + (i + 1) * period) for i in range(repeats)], spans, order,
-                        free, graph)
-    if len(spans) > FEW_SPANS:
+        return _widened(cut, [(start + i * period, start + (i + 1) * period) for i in range(repeats)])
+    spans = len(cut.spans)
+    if spans > FEW_SPANS:
         return None
     best: list[tuple[int, int]] | None = None
-    before = [0]
-    for span in spans:
-        before.append(before[-1] + len(span))
-    ending = [{before[i] - b for b in before[:i]} for i in range(len(before))]        # sizes of stretches ending at i
-    starting = [{b - before[i] for b in before[i + 1:]} for i in range(len(before))]  # and of those starting there
-    for start in range(len(spans)):
-        for end in range(start + 1, len(spans) + 1):
-            size = before[end] - before[start]
-            if not (size in ending[start] or size in starting[end]) or not _has_matmul(spans[start:end]):
+    ending = [{cut.size(b, i) for b in range(i)} for i in range(spans + 1)]   # sizes of the stretches ending at i
+    starting = [{cut.size(i, b) for b in range(i + 1, spans + 1)} for i in range(spans + 1)]   # and starting there
+    for start in range(spans):
+        for end in range(start + 1, spans + 1):
+            size = cut.size(start, end)
+            if not (size in ending[start] or size in starting[end]) or not cut.has_matmul(start, end):
                 continue    # nothing beside it holds as many nodes, so nothing beside it is the same piece
-            layers = _widened([(start, end)], spans, order, free, graph)
-            if len(layers) >= min_repeats and (best is None or _covered(layers, spans) > _covered(best, spans)):
+            layers = _widened(cut, [(start, end)])
+            if len(layers) >= min_repeats and (best is None or _covered(cut, layers) > _covered(cut, best)):
                 best = layers
     return best
 
 
-def _covered(layers: list[tuple[int, int]], spans: list[list[Node]]) -> int:
-    return sum(len(span) for first, end in layers for span in spans[first:end])
+def _covered(cut: _Cut, layers: list[tuple[int, int]]) -> int:
+    return sum(cut.size(first, end) for first, end in layers)
 
 
-def _longest_run(shapes: list[str], spans: list[list[Node]], min_repeats: int) -> tuple[int, int, int] | None:
+def _longest_run(cut: _Cut, min_repeats: int) -> tuple[int, int, int] | None:
     """(start, period, repeats) of the run of identical groups of spans covering the most nodes (the shortest period
     among equals), each group holding a matrix product."""
+    shapes = [cut.structure(i, i + 1) for i in range(len(cut.spans))]
     best: tuple[int, int, int] | None = None
     best_covered = 0
     for period in range(1, len(shapes) // min_repeats + 1):
@@ -227,40 +253,10 @@ def _longest_run(shapes: list[str], spans: list[list[Node]], min_repeats: int) -
             repeats = 1
             while shapes[start + repeats * period:start + (repeats + 1) * period] == unit:
                 repeats += 1
-            covered = repeats * sum(len(span) for span in spans[start:start + period])
-            if repeats >= min_repeats and covered > best_covered and _has_matmul(spans[start:start + period]):
+            covered = repeats * cut.size(start, start + period)
+            if repeats >= min_repeats and covered > best_covered and cut.has_matmul(start, start + period):
                 best, best_covered = (start, period, repeats), covered
     return best
-
-
-def _has_matmul(spans: Iterable[list[Node]]) -> bool:
-    return any(match_matmul(node) is not None for span in spans for node in span)
-
-
-def _piece(model: str, tag: str, nodes: list[Node], order: list[Node], free: set[int], graph: Graph) -> Piece:
-    """`nodes` (non-free, in order) as a graph: what they read from outside becomes inputs x0, x1, ... by first use,
-    free nodes they read are computed again inside, and what is used outside (or is a model output) becomes its
-    outputs, in order, each named by its op."""
-    inside = {id(node) for node in nodes}
-    users = consumers(order)
-    outputs = {id(node) for node in graph.outputs.values()}
-    writes = [node for node in nodes
-              if id(node) in outputs or any(id(user) not in inside for user in users[id(node)])]
-    reads: list[Node] = []
-    copies: dict[int, Node] = {}
-    outside = {id(n) for n in order if id(n) not in inside and (n.op == Op.INPUT or id(n) not in free)}
-    for node in toposort(writes, stops=outside):
-        if id(node) in outside:
-            copies[id(node)] = P.input_(f"x{len(reads)}", node.shape, node.dtype)
-            reads.append(node)
-        else:
-            copies[id(node)] = replace(node, srcs=tuple(copies[id(src)] for src in node.srcs))
-    piece = Graph(f"{model}_{tag}")
-    piece.inputs = {f"x{i}": copies[id(node)] for i, node in enumerate(reads)}
-    piece.outputs = {_output_name(node, i): copies[id(node)] for i, node in enumerate(writes)}
-    shape_only = Graph("piece")
-    shape_only.inputs, shape_only.outputs = piece.inputs, piece.outputs
-    return Piece(tag, piece, tuple(reads), tuple(writes), shape_only.structural_hash())
 
 
 def _output_name(node: Node, position: int) -> str:
@@ -306,12 +302,7 @@ def stitched(model: Graph, layers: Layers, programs: dict[str, KernelProgram]) -
         prefix = program.name + "_"
         kernels += [Kernel(f"{model.name}_{piece.tag}_{kernel.name.removeprefix(prefix)}", kernel.archetype,
                            _renamed(kernel.outputs, names), kernel.schedule) for kernel in program.kernels]
-    for name, node in model.outputs.items():
-        if buffer_of[id(node)] != name:   # a second name for one value, or an input passed straight out
-            source = buffers[buffer_of[id(node)]]
-            buffers[name] = Buffer(name, node.shape, node.dtype, "output")
-            copy = P.contiguous(P.input_(source.name, source.shape, source.dtype))
-            kernels.append(Kernel(f"{model.name}_{name}", "pointwise", ((name, copy),)))
+    kernels += output_copies(model.name, model.outputs, buffer_of, buffers)
     return KernelProgram(model.name, buffers, kernels, tuple(model.inputs), {name: name for name in model.outputs})
 
 

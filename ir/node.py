@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import AbstractSet, Any, Iterable
+from typing import AbstractSet, Any, Callable, Iterable
 
 from .dtypes import DType
 from .ops import Op
@@ -35,10 +35,12 @@ class Node:
         return f"Node({self.op}{arg}, shape={self.shape}, dtype={self.dtype})"
 
 
-def toposort(roots: Iterable[Node], stops: AbstractSet[int] = frozenset()) -> list[Node]:
+def toposort(roots: Iterable[Node], stops: AbstractSet[int] = frozenset(),
+             first: Callable[[Node], int] | None = None) -> list[Node]:
     """Every node reachable from `roots`, each after its sources (iterative: graphs can be deep).
 
-    The walk does not look past nodes whose id is in `stops` (they are listed, their sources are not).
+    The walk does not look past nodes whose id is in `stops` (they are listed, their sources are not). A node's
+    sources are walked in their order, or by `first` (smallest first) where it is given.
     """
     order: list[Node] = []
     seen: set[int] = set()
@@ -54,7 +56,8 @@ def toposort(roots: Iterable[Node], stops: AbstractSet[int] = frozenset()) -> li
             seen.add(id(node))
             stack.append((node, True))
             if id(node) not in stops:
-                stack.extend((src, False) for src in reversed(node.srcs) if id(src) not in seen)
+                srcs = sorted(node.srcs, key=first) if first is not None else node.srcs
+                stack.extend((src, False) for src in reversed(srcs) if id(src) not in seen)
     return order
 
 

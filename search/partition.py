@@ -14,9 +14,8 @@ from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
 from tensorsmith.codegen.attention import attention_match, kernel_attention
 from tensorsmith.codegen.matmul import tensor_core_match
 from tensorsmith.codegen.render import check_renders
-from tensorsmith.ir import primitives as P
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.kernel_program import Buffer, Kernel, KernelProgram
+from tensorsmith.ir.kernel_program import Buffer, Kernel, KernelProgram, output_copies
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import COMPUTE, ELEMENTWISE, Op, REDUCE, VIEWS
 from tensorsmith.ir.patterns import match_gather, match_matmul
@@ -269,12 +268,7 @@ def build_program(graph: Graph, materialised: set[int], bodies: Bodies | None = 
         buffers[name] = Buffer(name, node.shape, node.dtype, "output" if id(node) in output_of else "temp")
         kernels.append(Kernel(f"{graph.name}_{name}", made.archetype, ((name, made.body),)))
         buffer_of[id(node)] = name
-    for name, node in graph.outputs.items():
-        if buffer_of[id(node)] != name:   # a second name for one value, or an input passed straight out
-            source = buffers[buffer_of[id(node)]]
-            buffers[name] = Buffer(name, node.shape, node.dtype, "output")
-            copy = P.contiguous(P.input_(source.name, source.shape, source.dtype))
-            kernels.append(Kernel(f"{graph.name}_{name}", "pointwise", ((name, copy),)))
+    kernels += output_copies(graph.name, graph.outputs, buffer_of, buffers)
     program = KernelProgram(graph.name, buffers, kernels, tuple(graph.inputs), {n: n for n in graph.outputs})
     return program, origins
 
