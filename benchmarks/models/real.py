@@ -5,7 +5,7 @@ by `ts.import_torch`, as a user imports the model they run; need torch and trans
 - family "model": each model at 2 of its layers (the width, heads and vocabulary are the real model's), on one
   sequence of a decode-like 16 tokens and a prefill of 512 and 2048 (1024 for GPT-2, whose positions end there; 512
   only for BERT), in float16 and bfloat16, and one float32 row per model at 512 tokens;
-- family "depth": Llama-3.2-1B's shape at 1, 2, 4, 8 and 16 layers (`llama1b_<N>layers`), 512 tokens, float16,
+- family "depth": Llama-3.2-1B's shape at 1, 2, 4, 8, 16 and 32 layers (`llama1b_<N>layers`), 512 tokens, float16,
   so that compile and run time are seen growing with depth.
 
 Every case is built when run (importing takes seconds); `--list` gives each one's parameter count, read off the model
@@ -74,7 +74,7 @@ MODEL_LAYERS = 2                       # the "model" family's depth: the "depth"
 NARROW = ("fp16", "bf16")              # at every shape
 FLOAT32_SHAPE = "p512"                 # float32: one row per model
 DEPTH_MODEL, DEPTH_SHAPE, DEPTH_DTYPE = "llama1b", "p512", "fp16"
-DEPTHS = (1, 2, 4, 8, 16)
+DEPTHS = (1, 2, 4, 8, 16, 32)
 
 
 def module(model: str, layers: int) -> Any:
@@ -102,7 +102,9 @@ def parameter_count(model: str, layers: int) -> int:
 
 def note(model: str, layers: int, shape: str, dtype: str) -> str:
     """What a row measures, in words."""
-    return f"{MODELS[model].title}'s shape, {layers} of its {MODELS[model].layers} layers, {SHAPES[shape][1]}, {dtype}"
+    own = MODELS[model].layers
+    depth = f"{layers} of its {own} layers" if layers <= own else f"{layers} layers (its own are {own})"
+    return f"{MODELS[model].title}'s shape, {depth}, {SHAPES[shape][1]}, {dtype}"
 
 
 def build(model: str, layers: int, shape: str, dtype: str, name: str, family: str) -> Case:

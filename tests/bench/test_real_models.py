@@ -16,7 +16,8 @@ from tensorsmith.cli import main
 CASES = {case.name: case for case in load_suite()}
 SHAPES = {"llama1b": ("d16", "p512", "p2048"), "qwen05b": ("d16", "p512", "p2048"), "gpt2": ("d16", "p512", "p1024"),
           "bert": ("d16", "p512")}
-DEPTHS = ["llama1b_1layers", "llama1b_2layers", "llama1b_4layers", "llama1b_8layers", "llama1b_16layers"]
+DEPTHS = ["llama1b_1layers", "llama1b_2layers", "llama1b_4layers", "llama1b_8layers", "llama1b_16layers",
+          "llama1b_32layers"]
 LLAMA_1B = 1_235_814_400          # Llama-3.2-1B's parameters, its embedding tied to its head
 LLAMA_LAYER = (2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 8192 + 2 * 2048)   # q, o; k, v; the MLP; 2 norms
 
@@ -46,12 +47,12 @@ def test_every_model_is_a_row_at_each_of_its_shapes_in_each_dtype() -> None:
     assert CASES["gpt2_d16_bf16"].note.startswith("GPT-2 124M's shape, 2 of its 12 layers, decode-like 16 tokens")
 
 
-def test_the_depth_series_is_llama_at_1_to_16_layers() -> None:
+def test_the_depth_series_is_llama_at_1_to_32_layers() -> None:
     depth = _family("depth")
     assert [case.name for case in depth] == DEPTHS
     assert all(isinstance(case, DeferredCase) and "512 tokens, float16" in case.note for case in depth)
     assert [case.note.split(",")[1].strip() for case in depth] == [
-        f"{layers} of its 16 layers" for layers in (1, 2, 4, 8, 16)]
+        f"{layers} of its 16 layers" for layers in (1, 2, 4, 8, 16)] + ["32 layers (its own are 16)"]
 
 
 def test_no_row_runs_a_model_past_its_positions() -> None:
@@ -78,7 +79,7 @@ def test_list_gives_each_real_model_its_parameter_count(capsys: pytest.CaptureFi
     assert CASES["llama1b_16layers"].parameters() == LLAMA_1B and rows["llama1b_16layers"] == "1.24 B params"
     counts = [CASES[name].parameters() for name in DEPTHS]
     assert [b - a for a, b in zip(counts, counts[1:])] == [LLAMA_LAYER, 2 * LLAMA_LAYER, 4 * LLAMA_LAYER,
-                                                          8 * LLAMA_LAYER]
+                                                          8 * LLAMA_LAYER, 16 * LLAMA_LAYER]
 
 
 def test_list_says_what_counting_needs_where_it_is_missing(capsys: pytest.CaptureFixture[str],
