@@ -319,6 +319,9 @@ def _layer_lines(layers: dict) -> list[str]:
     for piece in layers["pieces"]:
         lines.append(f"  {piece['piece']}: {piece['kernels']} kernels, {us(piece['predicted_us'])} /"
                      f" {us(piece['measured_us'])}, {sum(piece['stage_seconds'].values()):.1f} s")
+    whole = layers.get("whole_model_seconds") or {}
+    if whole:
+        lines.append("  the whole model: " + ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in whole.items()))
     return lines
 
 

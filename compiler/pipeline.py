@@ -175,6 +175,7 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
     from them: every layer runs the kernels and schedules of the one searched, on its own weights. The stitched
     program is random-tested against the user's graph end to end (and checked on the GPU) before it counts."""
     _time_reference(c)   # the end-to-end test's draw, timed: its test and the GPU's check are kept time for
+    whole = {"reference": c.reference_s}   # the seconds of the whole-model work, which grows with depth
     distinct = layers.distinct()
     sizes = [len(piece.graph.nodes()) for piece in distinct]
     titles = [piece.tag if piece.tag != "layer0" else f"layer (x{layers.identical()})" for piece in distinct]
@@ -188,6 +189,7 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
     program = stitched(c.graph, layers, programs)
     chosen = _stitched_graph(c.graph, layers, {piece.structure: part.chosen_graph()
                                                for piece, part in zip(distinct, parts)})
+    began = time.monotonic()
     try:
         checks = verify_program(c.graph, program, c.options.seed, memo=c.draws,
                                 draws=END_TO_END_DRAWS + (c.options.example_inputs is not None))   # and a random one
@@ -196,7 +198,12 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
             raise
         check_exact(chosen, program, c.options.seed)   # ExactMismatch (a VerificationError) where they differ
         checks = err.checks
-    measured = _measure_on_gpu(c, gpu)(program) if gpu is not None else None
+    whole["random test"] = time.monotonic() - began
+    measured = None
+    if gpu is not None:
+        began = time.monotonic()
+        measured = _measure_on_gpu(c, gpu)(program)
+        whole["gpu check"] = time.monotonic() - began
     c.chosen, c.forms = chosen, [search.Form(chosen, None, WRITTEN)]   # each piece chose its own form
     c.kernel_program = program
     c.search = search.SearchResult(program, program_seconds(program, c.target) * 1e6,
@@ -208,7 +215,8 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
         {"piece": title, "nodes": size,
          "kernels": len(part.program().kernels), "predicted_us": part.search.predicted_us,
          "measured_us": part.search.measured_us, "stage_seconds": {k: round(v, 4) for k, v in part.seconds.items()}}
-        for title, size, part in zip(titles, sizes, parts)]}
+        for title, size, part in zip(titles, sizes, parts)],
+        "whole_model_seconds": {k: round(v, 4) for k, v in whole.items()}}
 
 
 END_TO_END_DRAWS = 1         # the stitched program's random tests: each piece was tested on its own draws, so this

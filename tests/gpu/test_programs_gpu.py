@@ -176,6 +176,7 @@ def test_a_layered_model_measures_one_layer_and_runs_every_layer_on_its_own_weig
     program = ts.compile(graph, budget_s=10.0, seed=0, cache_dir=tmp_path, progress=False)
     layers = program.report["layers"]
     assert layers["identical"] == 6 and layers["pieces"][0]["measured_us"] is not None
+    assert "gpu check" in layers["whole_model_seconds"]
     assert program.report["total_ms"] is not None and program.report["search"]["measured_us"] is not None
     inputs = random_inputs(graph, seed=77)
     outputs = program(device="cuda", **inputs)
