@@ -29,6 +29,10 @@ def main() -> None:
     program = profiler.runcall(ts_compile, case.graph, budget_s=args.budget, cache=False, progress=False)
     print(f"compiled in {time.perf_counter() - began:.1f} s (budget {args.budget:g} s), {len(program.kernels)} kernels")
     print("stages:", {k: round(v, 2) for k, v in program.report.get("stage_seconds", {}).items()})
+    layers = program.report.get("layers") or {}
+    if layers:
+        print("layers:", {piece["piece"]: piece["stage_seconds"] for piece in layers["pieces"]},
+              "whole model:", layers["whole_model_seconds"])
     search = program.report.get("search") or {}
     print("search:", {k: (round(v, 4) if isinstance(v, float) else v) for k, v in search.items()})
     stats = pstats.Stats(profiler)
