@@ -7,6 +7,7 @@ import logging
 import math
 import multiprocessing
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
@@ -174,36 +175,40 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
     through LAYER_STAGES in a share of what is left of the budget by its size, then the model's program stitched
     from them: every layer runs the kernels and schedules of the one searched, on its own weights. The stitched
     program is random-tested against the user's graph end to end (and checked on the GPU) before it counts."""
-    _time_reference(c)   # the end-to-end test's draw, timed: its test and the GPU's check are kept time for
-    whole = {"reference": c.reference_s}   # the seconds of the whole-model work, which grows with depth
     distinct = layers.distinct()
     sizes = [len(piece.graph.nodes()) for piece in distinct]
     titles = [piece.tag if piece.tag != "layer0" else f"layer (x{layers.identical()})" for piece in distinct]
     programs: dict[str, KernelProgram] = {}
     parts: list[Compilation] = []
-    for i, piece in enumerate(distinct):
-        left = c.deadline - time.monotonic() - END_TO_END_EVALUATIONS * c.reference_s
-        part = _compile_piece(c, piece.graph, max(left, 0.0) * sizes[i] / sum(sizes[i:]), titles[i], gpu)
-        programs[piece.structure] = part.program()
-        parts.append(part)
+    with ThreadPoolExecutor(1, thread_name_prefix="reference") as background:
+        drawing = background.submit(_time_reference, c)   # the end-to-end test's draw (the whole model's float64
+        # reference, which grows with depth) made on the cores the pieces' searches leave idle
+        for i, piece in enumerate(distinct):
+            left = c.deadline - time.monotonic() - END_TO_END_EVALUATIONS * _reference_estimate(c, layers, parts)
+            part = _compile_piece(c, piece.graph, max(left, 0.0) * sizes[i] / sum(sizes[i:]), titles[i], gpu)
+            programs[piece.structure] = part.program()
+            parts.append(part)
+        began = time.monotonic()
+        drawing.result()
+    assert c.reference_s is not None
+    whole = {"reference": c.reference_s, "waited for it": time.monotonic() - began}   # the whole-model work
     program = stitched(c.graph, layers, programs)
     chosen = _stitched_graph(c.graph, layers, {piece.structure: part.chosen_graph()
                                                for piece, part in zip(distinct, parts)})
-    began = time.monotonic()
-    try:
-        checks = verify_program(c.graph, program, c.options.seed, memo=c.draws,
-                                draws=END_TO_END_DRAWS + (c.options.example_inputs is not None))   # and a random one
-    except NoiseOnlyError as err:   # rounding noise only, as deep models' outputs may be: the exact check decides
-        if evaluation_size(chosen) > EXACT_MAX_WORK:
-            raise
-        check_exact(chosen, program, c.options.seed)   # ExactMismatch (a VerificationError) where they differ
-        checks = err.checks
-    whole["random test"] = time.monotonic() - began
     measured = None
-    if gpu is not None:
-        began = time.monotonic()
-        measured = _measure_on_gpu(c, gpu)(program)
+    began = time.monotonic()
+    if gpu is not None and c.options.example_inputs is None:   # the GPU's run of draw 0, checked against the
+        # reference, is the end-to-end random test: the numpy run of the whole model would only repeat it
+        checks: list[Check] = []
+        measured = _measure_on_gpu(c, gpu, checks)(program)
         whole["gpu check"] = time.monotonic() - began
+    else:
+        checks = _random_test_stitched(c, program, chosen)
+        whole["random test"] = time.monotonic() - began
+        if gpu is not None:
+            began = time.monotonic()
+            measured = _measure_on_gpu(c, gpu)(program)
+            whole["gpu check"] = time.monotonic() - began
     c.chosen, c.forms = chosen, [search.Form(chosen, None, WRITTEN)]   # each piece chose its own form
     c.kernel_program = program
     c.search = search.SearchResult(program, program_seconds(program, c.target) * 1e6,
@@ -217,6 +222,29 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
          "measured_us": part.search.measured_us, "stage_seconds": {k: round(v, 4) for k, v in part.seconds.items()}}
         for title, size, part in zip(titles, sizes, parts)],
         "whole_model_seconds": {k: round(v, 4) for k, v in whole.items()}}
+
+
+def _reference_estimate(c: Compilation, layers: Layers, parts: list[Compilation]) -> float:
+    """The seconds of the whole model's reference draw: as timed where it is made, else what the pieces compiled so
+    far took for theirs, each as often as the model holds it (pieces not yet compiled count nothing)."""
+    if c.reference_s is not None:
+        return c.reference_s
+    structures = [piece.structure for piece in layers.pieces]
+    return sum((part.reference_s or 0.0) * structures.count(piece.structure)
+               for piece, part in zip(layers.distinct(), parts))
+
+
+def _random_test_stitched(c: Compilation, program: KernelProgram, chosen: Graph) -> list[Check]:
+    """The stitched program run in numpy on the end-to-end draws (draw 0, and a random one where draw 0 is the
+    user's example inputs) against the user's graph; the exact check decides where rounding noise is all it shows."""
+    try:
+        return verify_program(c.graph, program, c.options.seed, memo=c.draws,
+                              draws=END_TO_END_DRAWS + (c.options.example_inputs is not None))
+    except NoiseOnlyError as err:   # rounding noise only, as deep models' outputs may be: the exact check decides
+        if evaluation_size(chosen) > EXACT_MAX_WORK:
+            raise
+        check_exact(chosen, program, c.options.seed)   # ExactMismatch (a VerificationError) where they differ
+        return err.checks
 
 
 END_TO_END_DRAWS = 1         # the stitched program's random tests: each piece was tested on its own draws, so this
@@ -306,13 +334,15 @@ def _prefetch(c: Compilation, program: KernelProgram) -> None:
 MIN_SEARCH_SHARE = 0.5   # of the budget, left to the search however long saturation took
 
 
-def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], float]:
+def _measure_on_gpu(c: Compilation, gpu: Profiler,
+                    checks: list[Check] | None = None) -> Callable[[KernelProgram], float]:
     """MCTS's reward on a GPU: the sum of a candidate's kernel times in seconds (each a median of a few, L2 flushed)
     plus one launch each; a candidate whose kernels were all measured before (`search.kernel_times`: in this compile,
     or in an earlier one on this GPU, kept beside the program cache) is run once, untimed, not timed again.
 
     Every candidate's outputs are checked against the reference before its times count; a mismatch raises
-    VerificationError, a fault or a hang KernelFault (from an InWorker `gpu`), and the search skips it.
+    VerificationError, a fault or a hang KernelFault (from an InWorker `gpu`), and the search skips it. `checks`,
+    where given, receives the last run's checks.
     """
     draw = functools.cache(partial(_gpu_draw, c))   # at the first measurement: the search times that draw's reference
     if c.kernel_times is None:   # a layered model's pieces and its stitched program share one
@@ -327,7 +357,9 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], 
         outputs, kernel_ms, _ = gpu.profile(to_program(candidate, report=False), inputs, warmup=3 if timed else 0,
                                             repeat=10 if timed else 1, per_kernel=timed,
                                             expected_s=program_seconds(program, c.target))
-        _check(c.graph, outputs, reference, inputs)
+        checked = _check(c.graph, outputs, reference, inputs)
+        if checks is not None:
+            checks[:] = checked
         return [ms / 1e3 for ms in kernel_ms]
 
     def measure(program: KernelProgram) -> float:

@@ -176,9 +176,32 @@ def test_a_layered_model_measures_one_layer_and_runs_every_layer_on_its_own_weig
     program = ts.compile(graph, budget_s=10.0, seed=0, cache_dir=tmp_path, progress=False)
     layers = program.report["layers"]
     assert layers["identical"] == 6 and layers["pieces"][0]["measured_us"] is not None
-    assert "gpu check" in layers["whole_model_seconds"]
+    assert "gpu check" in layers["whole_model_seconds"] and "random test" not in layers["whole_model_seconds"]
     assert program.report["total_ms"] is not None and program.report["search"]["measured_us"] is not None
     inputs = random_inputs(graph, seed=77)
     outputs = program(device="cuda", **inputs)
     for check in compare(graph, outputs, ts.evaluate(graph, inputs)):
+        assert check.ok, f"{check.output}: relative L2 {check.error:.3g} > {check.tolerance:g}"
+
+
+def test_a_wrongly_stitched_program_is_caught_by_the_gpu_check_and_the_model_searched_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the stitched program's end-to-end random test is its GPU run on draw 0: were the stitching wrong
+    (each layer bound to the next layer's weights), that check rejects it and the model is searched whole."""
+    from dataclasses import replace
+    from graph_cases import residual_layers
+    from tensorsmith import pipeline
+    from tensorsmith.ir.layers import Layers
+    real = pipeline.stitched
+
+    def crossed(model, layers: Layers, programs):
+        pieces = list(layers.pieces)
+        pieces[0] = replace(pieces[0], reads=pieces[0].reads[:1] + pieces[1].reads[1:])
+        return real(model, Layers(tuple(pieces), layers.repeats), programs)
+    monkeypatch.setattr(pipeline, "stitched", crossed)
+    graph = residual_layers(3)
+    program = ts.compile(graph, budget_s=8.0, seed=0, cache_dir=tmp_path, progress=False)
+    assert "searched whole" in program.report["left_out"]["layers"] and not program.report["layers"]
+    inputs = random_inputs(graph, seed=5)
+    for check in compare(graph, program(device="cuda", **inputs), ts.evaluate(graph, inputs)):
         assert check.ok, f"{check.output}: relative L2 {check.error:.3g} > {check.tolerance:g}"
