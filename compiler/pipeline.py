@@ -180,9 +180,10 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
     titles = [piece.tag if piece.tag != "layer0" else f"layer (x{layers.identical()})" for piece in distinct]
     programs: dict[str, KernelProgram] = {}
     parts: list[Compilation] = []
-    with ThreadPoolExecutor(1, thread_name_prefix="reference") as background:
-        drawing = background.submit(_time_reference, c)   # the end-to-end test's draw (the whole model's float64
-        # reference, which grows with depth) made on the cores the pieces' searches leave idle
+    whole: dict[str, float] = {}   # the seconds of the whole-model work, which grows with depth
+    with ThreadPoolExecutor(1, thread_name_prefix="end-to-end") as background:   # on the cores the search leaves
+        drawing = background.submit(_time_reference, c)   # the end-to-end test's draw: the whole model's float64
+        # reference, made while the pieces are searched
         for i, piece in enumerate(distinct):
             left = c.deadline - time.monotonic() - END_TO_END_EVALUATIONS * _reference_estimate(c, layers, parts)
             part = _compile_piece(c, piece.graph, max(left, 0.0) * sizes[i] / sum(sizes[i:]), titles[i], gpu)
@@ -190,25 +191,27 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
             parts.append(part)
         began = time.monotonic()
         drawing.result()
-    assert c.reference_s is not None
-    whole = {"reference": c.reference_s, "waited for it": time.monotonic() - began}   # the whole-model work
-    program = stitched(c.graph, layers, programs)
-    chosen = _stitched_graph(c.graph, layers, {piece.structure: part.chosen_graph()
-                                               for piece, part in zip(distinct, parts)})
-    measured = None
-    began = time.monotonic()
-    if gpu is not None and c.options.example_inputs is None:   # the GPU's run of draw 0, checked against the
-        # reference, is the end-to-end random test: the numpy run of the whole model would only repeat it
-        checks: list[Check] = []
-        measured = _measure_on_gpu(c, gpu, checks)(program)
-        whole["gpu check"] = time.monotonic() - began
-    else:
-        checks = _random_test_stitched(c, program, chosen)
-        whole["random test"] = time.monotonic() - began
+        assert c.reference_s is not None
+        whole.update({"reference": c.reference_s, "waited for it": time.monotonic() - began})
+        program = stitched(c.graph, layers, programs)
+        chosen = _stitched_graph(c.graph, layers, {piece.structure: part.chosen_graph()
+                                                   for piece, part in zip(distinct, parts)})
+
+        def random_test() -> list[Check]:
+            began = time.monotonic()
+            try:
+                return _random_test_stitched(c, program, chosen)
+            finally:
+                whole["random test"] = time.monotonic() - began
+        testing = background.submit(random_test)   # in numpy, while the GPU runs the program on the same draw
+        measured = None
         if gpu is not None:
             began = time.monotonic()
             measured = _measure_on_gpu(c, gpu)(program)
             whole["gpu check"] = time.monotonic() - began
+        began = time.monotonic()
+        checks = testing.result()
+        whole["waited for the random test"] = time.monotonic() - began
     c.chosen, c.forms = chosen, [search.Form(chosen, None, WRITTEN)]   # each piece chose its own form
     c.kernel_program = program
     c.search = search.SearchResult(program, program_seconds(program, c.target) * 1e6,
@@ -334,15 +337,13 @@ def _prefetch(c: Compilation, program: KernelProgram) -> None:
 MIN_SEARCH_SHARE = 0.5   # of the budget, left to the search however long saturation took
 
 
-def _measure_on_gpu(c: Compilation, gpu: Profiler,
-                    checks: list[Check] | None = None) -> Callable[[KernelProgram], float]:
+def _measure_on_gpu(c: Compilation, gpu: Profiler) -> Callable[[KernelProgram], float]:
     """MCTS's reward on a GPU: the sum of a candidate's kernel times in seconds (each a median of a few, L2 flushed)
     plus one launch each; a candidate whose kernels were all measured before (`search.kernel_times`: in this compile,
     or in an earlier one on this GPU, kept beside the program cache) is run once, untimed, not timed again.
 
     Every candidate's outputs are checked against the reference before its times count; a mismatch raises
-    VerificationError, a fault or a hang KernelFault (from an InWorker `gpu`), and the search skips it. `checks`,
-    where given, receives the last run's checks.
+    VerificationError, a fault or a hang KernelFault (from an InWorker `gpu`), and the search skips it.
     """
     draw = functools.cache(partial(_gpu_draw, c))   # at the first measurement: the search times that draw's reference
     if c.kernel_times is None:   # a layered model's pieces and its stitched program share one
@@ -357,9 +358,7 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler,
         outputs, kernel_ms, _ = gpu.profile(to_program(candidate, report=False), inputs, warmup=3 if timed else 0,
                                             repeat=10 if timed else 1, per_kernel=timed,
                                             expected_s=program_seconds(program, c.target))
-        checked = _check(c.graph, outputs, reference, inputs)
-        if checks is not None:
-            checks[:] = checked
+        _check(c.graph, outputs, reference, inputs)
         return [ms / 1e3 for ms in kernel_ms]
 
     def measure(program: KernelProgram) -> float:

@@ -176,7 +176,7 @@ def test_a_layered_model_measures_one_layer_and_runs_every_layer_on_its_own_weig
     program = ts.compile(graph, budget_s=10.0, seed=0, cache_dir=tmp_path, progress=False)
     layers = program.report["layers"]
     assert layers["identical"] == 6 and layers["pieces"][0]["measured_us"] is not None
-    assert "gpu check" in layers["whole_model_seconds"] and "random test" not in layers["whole_model_seconds"]
+    assert {"gpu check", "random test"} <= set(layers["whole_model_seconds"])
     assert program.report["total_ms"] is not None and program.report["search"]["measured_us"] is not None
     inputs = random_inputs(graph, seed=77)
     outputs = program(device="cuda", **inputs)
@@ -184,10 +184,12 @@ def test_a_layered_model_measures_one_layer_and_runs_every_layer_on_its_own_weig
         assert check.ok, f"{check.output}: relative L2 {check.error:.3g} > {check.tolerance:g}"
 
 
-def test_a_wrongly_stitched_program_is_caught_by_the_gpu_check_and_the_model_searched_whole(
+def test_a_wrongly_stitched_program_is_caught_on_a_gpu_and_the_model_searched_whole(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a GPU the stitched program's end-to-end random test is its GPU run on draw 0: were the stitching wrong
-    (each layer bound to the next layer's weights), that check rejects it and the model is searched whole."""
+    """On a GPU too, were the stitching wrong (each layer bound to the next layer's weights), the end-to-end test
+    rejects it and the model is searched whole. The GPU's check alone does not: it allows up to 10% for rounding,
+    and a residual stream through the wrong weights stays within that; the numpy run's strict tolerance and the
+    exact check catch it."""
     from dataclasses import replace
     from graph_cases import residual_layers
     from tensorsmith import pipeline
