@@ -22,7 +22,7 @@ from tensorsmith.ir.errors import CompileError, DeviceError, GraphError, InputEr
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.interpreter import evaluate
 from tensorsmith.ir.kernel_program import KernelProgram
-from tensorsmith.ir.layers import Layers, find_layers, inline, stitched
+from tensorsmith.ir.layers import Layers, Piece, find_layers, inline, stitched
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.targets import Target, get_target
 from tensorsmith.search.cost import kernel_seconds, program_seconds
@@ -185,7 +185,8 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
         drawing = background.submit(_time_reference, c)   # the end-to-end test's draw: the whole model's float64
         # reference, made while the pieces are searched
         for i, piece in enumerate(distinct):
-            left = c.deadline - time.monotonic() - END_TO_END_EVALUATIONS * _reference_estimate(c, layers, parts)
+            left = c.deadline - time.monotonic() - END_TO_END_EVALUATIONS * _reference_estimate(c, layers,
+                                                                                                 distinct, parts)
             part = _compile_piece(c, piece.graph, max(left, 0.0) * sizes[i] / sum(sizes[i:]), titles[i], gpu)
             programs[piece.structure] = part.program()
             parts.append(part)
@@ -227,14 +228,13 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
         "whole_model_seconds": {k: round(v, 4) for k, v in whole.items()}}
 
 
-def _reference_estimate(c: Compilation, layers: Layers, parts: list[Compilation]) -> float:
+def _reference_estimate(c: Compilation, layers: Layers, distinct: list[Piece], parts: list[Compilation]) -> float:
     """The seconds of the whole model's reference draw: as timed where it is made, else what the pieces compiled so
-    far took for theirs, each as often as the model holds it (pieces not yet compiled count nothing)."""
+    far (`parts`, of the first `distinct` pieces) took for theirs, each as often as the model holds it."""
     if c.reference_s is not None:
         return c.reference_s
     structures = [piece.structure for piece in layers.pieces]
-    return sum((part.reference_s or 0.0) * structures.count(piece.structure)
-               for piece, part in zip(layers.distinct(), parts))
+    return sum((part.reference_s or 0.0) * structures.count(piece.structure) for piece, part in zip(distinct, parts))
 
 
 def _random_test_stitched(c: Compilation, program: KernelProgram, chosen: Graph) -> list[Check]:

@@ -2,16 +2,14 @@
 measured, the others run its kernels on their own weights, and the stitched program is tested end to end."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 import tensorsmith as ts
 from graph_cases import residual_layers
+from stitching import cross_the_stitching
 from tensorsmith import pipeline
 from tensorsmith.ir.interpreter import evaluate
 from tensorsmith.ir.kernel_program import kernel_structure
-from tensorsmith.ir.layers import Layers
 from tensorsmith.search.verify import random_inputs
 
 
@@ -44,13 +42,7 @@ def test_an_8_layer_model_searches_one_layer_and_binds_its_kernels_to_every_laye
 def test_a_wrongly_stitched_program_is_caught_end_to_end_and_the_model_searched_whole(monkeypatch) -> None:
     """Were the stitching wrong (here, each layer bound to the next layer's weights), the end-to-end random test
     rejects it: the model is then searched whole, and the report says why."""
-    real = pipeline.stitched
-
-    def crossed(model, layers: Layers, programs):
-        pieces = list(layers.pieces)
-        pieces[0] = replace(pieces[0], reads=pieces[0].reads[:1] + pieces[1].reads[1:])   # layer 1's weights
-        return real(model, Layers(tuple(pieces), layers.repeats), programs)
-    monkeypatch.setattr(pipeline, "stitched", crossed)
+    cross_the_stitching(monkeypatch)
     program = ts.compile(residual_layers(3), budget_s=4.0, profile=False, cache=False, progress=False)
     assert "searched whole" in program.report["left_out"]["layers"] and not program.report["layers"]
     inputs = random_inputs(program.graph, seed=4)

@@ -190,17 +190,9 @@ def test_a_wrongly_stitched_program_is_caught_on_a_gpu_and_the_model_searched_wh
     rejects it and the model is searched whole. The GPU's check alone does not: it allows up to 10% for rounding,
     and a residual stream through the wrong weights stays within that; the numpy run's strict tolerance and the
     exact check catch it."""
-    from dataclasses import replace
     from graph_cases import residual_layers
-    from tensorsmith import pipeline
-    from tensorsmith.ir.layers import Layers
-    real = pipeline.stitched
-
-    def crossed(model, layers: Layers, programs):
-        pieces = list(layers.pieces)
-        pieces[0] = replace(pieces[0], reads=pieces[0].reads[:1] + pieces[1].reads[1:])
-        return real(model, Layers(tuple(pieces), layers.repeats), programs)
-    monkeypatch.setattr(pipeline, "stitched", crossed)
+    from stitching import cross_the_stitching
+    cross_the_stitching(monkeypatch)
     graph = residual_layers(3)
     program = ts.compile(graph, budget_s=8.0, seed=0, cache_dir=tmp_path, progress=False)
     assert "searched whole" in program.report["left_out"]["layers"] and not program.report["layers"]
