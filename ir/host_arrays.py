@@ -52,14 +52,31 @@ def cast(values: np.ndarray, dtype: np.dtype | type) -> np.ndarray:
     return out
 
 
+Request = tuple[tuple[int, ...], int, Callable[[np.random.Generator, int], np.ndarray], "np.dtype | type"]
+
+
 def drawn(shape: tuple[int, ...], seed: int, key: int, values: Callable[[np.random.Generator, int], np.ndarray],
           dtype: np.dtype | type) -> np.ndarray:
     """An array of `dtype` filled chunk by chunk with `values(rng, n)` on every core, chunk i's `rng` seeded by
     (seed, key, i): the values depend on the seed and key alone, not on the number of cores."""
-    out = np.empty(shape, dtype)
-    flat = out.reshape(-1)
+    return drawn_many(seed, [(shape, key, values, dtype)])[0]
 
-    def work(i: int, span: slice) -> None:
-        flat[span] = values(np.random.default_rng([seed, key, i]), span.stop - span.start)
-    _over_chunks(flat.size, work)
-    return out
+
+def drawn_many(seed: int, requests: list[Request]) -> list[np.ndarray]:
+    """`drawn(shape, seed, key, values, dtype)` for each request, the chunks of all of them on every core at once: a
+    model's weights, most no larger than a chunk, are drawn side by side, not one after another."""
+    arrays = [np.empty(shape, dtype) for shape, _, _, dtype in requests]
+    chunks = [(flat[start:start + CHUNK], key, i, values)
+              for array, (_, key, values, _) in zip(arrays, requests) for flat in [array.reshape(-1)]
+              for i, start in enumerate(range(0, flat.size, CHUNK))]
+
+    def work(chunk: tuple[np.ndarray, int, int, Callable[[np.random.Generator, int], np.ndarray]]) -> None:
+        span, key, i, values = chunk
+        span[...] = values(np.random.default_rng([seed, key, i]), span.size)
+    if len(chunks) <= 1 or _workers() == 1:
+        for chunk in chunks:
+            work(chunk)
+    else:
+        with ThreadPoolExecutor(min(_workers(), len(chunks))) as pool:
+            list(pool.map(work, chunks))
+    return arrays

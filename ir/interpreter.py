@@ -8,6 +8,7 @@ width of the floats it is given.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping
@@ -162,6 +163,8 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
     computed as it is computed, and may raise to end the evaluation early.
     """
     registers = registers or rounded
+    width = np.dtype(np.float32 if registers else np.float64)
+    narrow = roots_only and watch is None   # leaves held as given, widened where read (the caller reads the roots)
     roots = list(roots)
     plan = evaluation_plan(roots, stream)
     readers = _readers(plan, roots) if roots_only else {}
@@ -173,7 +176,13 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
                 continue
             if node.op == Op.INPUT:
                 leaf = leaves[node.arg]
+                if narrow and _narrower(leaf, width):
+                    values[id(node)] = leaf
+                    continue
                 value = leaf.astype(np.float32) if registers and leaf.dtype == np.float64 else leaf
+            elif node.op in VIEWS and _narrower(source := values[id(node.srcs[0])], width):
+                values[id(node)] = SEMANTICS[node.op](node, source)   # a view of a leaf held narrow: narrow too
+                continue
             elif id(node) in plan.lookups:
                 lookup = plan.lookups[id(node)]
                 rows = looked_up(lookup, values[id(lookup.values)], values[id(lookup.ids)])
@@ -184,15 +193,16 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
                 lhs, rhs = matmul_operands(match, values[id(match.lhs.srcs[0])], values[id(match.rhs.srcs[0])])
                 if registers:
                     lhs, rhs = _mma_operand(lhs, match.lhs.dtype), _mma_operand(rhs, match.rhs.dtype)
-                product = np.matmul(lhs, rhs)   # a batch both sides broadcast is made whole as a view
+                product = widening_matmul(lhs, rhs, width)   # a batch both sides broadcast is made whole as a view
                 value = _kept(node, product if product.shape == node.shape else np.broadcast_to(product, node.shape))
             elif id(node) in plan.streamed:
                 value = _streamed(plan.streamed[id(node)], values, registers, rounded)
             elif roots_only and node.op in IN_PLACE and node.dtype.is_float:
-                sources = [values[id(s)] for s in node.srcs]
+                sources = [_widened(values[id(s)], width) for s in node.srcs]
                 result = np.result_type(*sources)
                 spare = next((s for s in node.srcs if id(s) in owned and readers[id(s)] == 1
-                              and values[id(s)].shape == node.shape and values[id(s)].dtype == result), None)
+                              and values[id(s)].shape == node.shape and values[id(s)].dtype == result
+                              and isinstance(values[id(s)], np.ndarray) and values[id(s)].flags.writeable), None)
                 if spare is not None:
                     value = IN_PLACE[node.op](*sources, out=values.pop(id(spare)))
                     owned.discard(id(spare))
@@ -205,15 +215,66 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
             values[id(node)] = _settled(node, value, registers, rounded)
             if watch is not None:
                 watch(node, values[id(node)])
+    for root in roots:   # a root that is a narrow leaf (or a view of one), at the evaluation's width
+        values[id(root)] = _widened(values[id(root)], width)
     return values
+
+
+def _narrower(value: np.ndarray, width: np.dtype) -> bool:
+    """Whether `value` holds floats in fewer bytes than the evaluation computes in (a float16 weight)."""
+    return value.dtype.kind == "f" and value.dtype.itemsize < width.itemsize
+
+
+def _widened(value: np.ndarray, width: np.dtype) -> np.ndarray:
+    return value.astype(width) if _narrower(value, width) else value
 
 
 def _computed(node: Node, sources: list[np.ndarray], registers: bool) -> np.ndarray:
     """`node`'s value from its sources' (numpy gives a scalar, not a 0-d array, for a rank-0 result: arrays are
-    kept, `out=` needs them)."""
+    kept, `out=` needs them); a source held narrow is widened first, a view of it stays narrow."""
     if registers and node.op == Op.CONSTANT and node.dtype.is_float:
         return np.broadcast_to(np.float32(node.arg), node.shape)
+    if node.op not in VIEWS:
+        width = np.dtype(np.float32 if registers else np.float64)
+        sources = [_widened(source, width) for source in sources]
     return np.asarray(SEMANTICS[node.op](node, *sources))
+
+
+WIDENED_BLOCK = 1 << 22      # elements of a narrow matrix operand widened at a time
+WIDENED_AT_LEAST = 1 << 16   # a narrow operand smaller than this is widened whole
+
+
+def widening_matmul(lhs: np.ndarray, rhs: np.ndarray, width: np.dtype) -> np.ndarray:
+    """lhs @ rhs at `width`. A large narrow right operand (a weight held as float16, or float32 in the reference)
+    is widened a block of its columns at a time into memory reused across blocks and calls: widened whole, a
+    real-size model's weights were gigabytes of fresh memory, and faulting it in was most of a reference's time."""
+    lhs = _widened(lhs, width)
+    if not _narrower(rhs, width) or rhs.size < WIDENED_AT_LEAST or any(s != 0 for s in rhs.strides[:-2]):
+        return np.matmul(lhs, _widened(rhs, width))
+    matrix = rhs[(0,) * (rhs.ndim - 2)]   # one matrix, broadcast over the batch
+    k, n = matrix.shape
+    out = np.empty(np.broadcast_shapes(lhs.shape[:-2], rhs.shape[:-2]) + (lhs.shape[-2], n), width)
+    step = max(1, WIDENED_BLOCK // max(k, 1))
+    memory = _scratch(width, k * min(step, n))
+    transposed = matrix.flags.f_contiguous and not matrix.flags.c_contiguous   # x @ W.T: W's rows are its columns
+    for start in range(0, n, step):
+        cols = min(start + step, n) - start
+        block = memory[:k * cols].reshape(cols, k).T if transposed else memory[:k * cols].reshape(k, cols)
+        np.copyto(block, matrix[:, start:start + cols])
+        out[..., start:start + cols] = np.matmul(lhs, block)
+    return out
+
+
+_scratches = threading.local()   # each thread's reused memory for widened blocks, by dtype
+
+
+def _scratch(dtype: np.dtype, size: int) -> np.ndarray:
+    held = getattr(_scratches, "arrays", None)
+    if held is None:
+        held = _scratches.arrays = {}
+    if dtype not in held or held[dtype].size < size:
+        held[dtype] = np.empty(size, dtype)
+    return held[dtype]
 
 
 def _settled(node: Node, value: np.ndarray, registers: bool, rounded: bool) -> np.ndarray:
@@ -231,7 +292,8 @@ def _streamed(stream: Stream, values: dict[int, np.ndarray], registers: bool, ro
     evaluator = _Blocks(values, registers, rounded)
     out: np.ndarray | None = None
     for block in blocks(stream):
-        reduced = np.asarray(SEMANTICS[reduction.op](reduction, evaluator.value(reduction.srcs[0], block)))
+        source = _widened(evaluator.value(reduction.srcs[0], block), np.dtype(np.float32 if registers else np.float64))
+        reduced = np.asarray(SEMANTICS[reduction.op](reduction, source))
         if out is None:
             out = np.empty(reduction.shape, reduced.dtype)
         out[region_slices(reduced_region(block, reduction.arg))] = reduced
@@ -259,7 +321,7 @@ class _Blocks:
         return self.memo[key]
 
     def _computed(self, node: Node, region: Region) -> np.ndarray:
-        if id(node) in self.values:
+        if id(node) in self.values:   # (a leaf held narrow is widened where read, by the op that reads it)
             return np.asarray(self.values[id(node)])[region_slices(region)]
         if node.op == Op.CONSTANT:
             value = np.broadcast_to(_computed(node, [], self.registers), node.shape)[region_slices(region)]
@@ -326,8 +388,11 @@ def matmul_operands(match: MatmulMatch, lhs: np.ndarray, rhs: np.ndarray) -> tup
 
 def _mma_operand(values: np.ndarray, dtype: DType) -> np.ndarray:
     """A matrix product's operand as the tensor cores take it: float16 and bfloat16 rounded to their dtype (a fused
-    prologue computes it in float32 and stores its tile at the operand's dtype); float32 as it is."""
-    return values if dtype == DType.FLOAT32 else round_to_register(values, dtype)
+    prologue computes it in float32 and stores its tile at the operand's dtype); float32, and float16 held as
+    float16, as they are."""
+    if dtype == DType.FLOAT32 or (dtype == DType.FLOAT16 and values.dtype == np.float16):
+        return values
+    return round_to_register(values, dtype)
 
 
 def _readers(plan: Plan, roots: list[Node]) -> dict[int, int]:
@@ -345,9 +410,11 @@ def _readers(plan: Plan, roots: list[Node]) -> dict[int, int]:
     return readers
 
 
-def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.ndarray]:
+def check_inputs(graph: Graph, inputs: Mapping[str, object], narrow: bool = False) -> dict[str, np.ndarray]:
     """The inputs as host arrays of the reference's dtypes (a table only looked up in keeps its own: its rows are
-    widened as they are read, not a vocabulary's worth of them), or an InputError naming what is wrong."""
+    widened as they are read, not a vocabulary's worth of them; with `narrow`, every float array keeps its own, for
+    an evaluation of the roots alone, which widens them where it reads them), or an InputError naming what is
+    wrong."""
     tables = _graph_lookup_reads(graph)
     missing = [name for name in graph.inputs if name not in inputs]
     extra = [name for name in inputs if name not in graph.inputs]
@@ -361,7 +428,8 @@ def check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.nda
             raise InputError(f"input {name!r} of graph {graph.name!r}: expected shape {node.shape}, got {value.shape}")
         if node.dtype.is_float != (value.dtype.kind == "f") or (node.dtype == DType.BOOL) != (value.dtype == bool):
             raise InputError(f"input {name!r} of graph {graph.name!r}: expected {node.dtype}, got {value.dtype}")
-        arrays[name] = value if name in tables and value.dtype.kind == "f" else cast(value, _host_dtype(node.dtype))
+        kept = value.dtype.kind == "f" and value.dtype.itemsize <= 8 and (narrow or name in tables)
+        arrays[name] = value if kept else cast(value, _host_dtype(node.dtype))
     for name, rows in graph_lookup_ids(graph).items():
         ids = arrays[name]
         outside = (ids < 0) | (ids >= rows)
@@ -408,7 +476,7 @@ def evaluate(graph: Graph, inputs: Mapping[str, object]) -> dict[str, np.ndarray
     if not graph.outputs:
         raise InputError(f"graph {graph.name!r} has no outputs")
     try:
-        values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs), roots_only=True)
+        values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs, narrow=True), roots_only=True)
         return {name: np.array(values[id(node)]) for name, node in graph.outputs.items()}
     except MemoryError as err:
         raise InputError(f"graph {graph.name!r} is too large to evaluate in float64 on this machine ({err}); evaluate"

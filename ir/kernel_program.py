@@ -113,8 +113,10 @@ class KernelProgram:
         origin: dict[str, int] = {name: memo.origin(("input", name)) for name in self.inputs}
 
         def held(name: str) -> np.ndarray:     # an input is rounded where a kernel (or an output) first reads it
-            if name not in memory:
-                memory[name] = round_to_register(np.asarray(inputs[name]), self.buffers[name].dtype)
+            if name not in memory:   # (float16 values held as float16 are widened where a kernel reads them)
+                value, dtype = np.asarray(inputs[name]), self.buffers[name].dtype
+                narrow = value.dtype == np.float16 and dtype == DType.FLOAT16
+                memory[name] = value if narrow else round_to_register(value, dtype)
             return memory[name]
 
         for kernel in self.kernels:
@@ -129,7 +131,11 @@ class KernelProgram:
                 memo.put(key, stored)
             for position, (name, value) in enumerate(zip(kernel.writes, stored)):
                 memory[name], origin[name] = value, memo.origin((key, position))
-        return {out: held(buf) for out, buf in self.outputs.items()}
+        return {out: _float32(held(buf)) for out, buf in self.outputs.items()}
+
+
+def _float32(value: np.ndarray) -> np.ndarray:
+    return value.astype(np.float32) if value.dtype == np.float16 else value
 
 
 class ExecutionMemo:

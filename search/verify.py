@@ -5,8 +5,9 @@ import hashlib
 import math
 import os
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
+from statistics import NormalDist
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -18,7 +19,7 @@ from tensorsmith.ir.patterns import match_matmul
 from tensorsmith.ir.dtypes import DType, host_float_dtype, round_to_host
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.host_arrays import drawn
+from tensorsmith.ir.host_arrays import Request, drawn, drawn_many
 from tensorsmith.ir.interpreter import check_inputs, evaluate, graph_lookup_ids, held_sizes, to_numpy
 from tensorsmith.ir.kernel_program import ExecutionMemo, KernelProgram
 from tensorsmith.ir.node import Node, toposort
@@ -130,31 +131,50 @@ def random_inputs(graph: Graph, seed: int, scale: float = 1.0,
                   only: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """Fresh inputs for `graph` (or those named in `only`): normal floats (never zeros; weight matrices at their
     `weight_scales`, the rest standard), small ints (a lookup's ids: rows of its table), random bools. Each input is
-    drawn from generators of its own (host_arrays.drawn), on every core: a real-size model's weights take seconds."""
+    drawn from generators of its own, all of them at once on every core (host_arrays.drawn_many): a real-size
+    model's weights take seconds."""
     weights = weight_scales(graph)
     rows = graph_lookup_ids(graph)
     names = set(graph.inputs if only is None else only)
-    arrays = {}
+    requests: dict[str, Request] = {}
     for key, (name, node) in enumerate(graph.inputs.items()):
         if name not in names:
             continue
-        if node.dtype.is_float:   # drawn in float32 and rounded once
+        if node.dtype.is_float:
             factor = np.float32(scale * weights.get(name, 1.0))
             values = partial(_normal, factor=factor, dtype=node.dtype)
-            arrays[name] = drawn(node.shape, seed, key, values, host_float_dtype(node.dtype))
+            requests[name] = (node.shape, key, values, host_float_dtype(node.dtype))
         elif node.dtype == DType.INT32:    # a lookup's ids select rows of its table
             low, high = (0, rows[name]) if name in rows else (-100, 100)
-            arrays[name] = drawn(node.shape, seed, key, partial(_integers, low=low, high=high), np.int32)
+            requests[name] = (node.shape, key, partial(_integers, low=low, high=high), np.int32)
         else:
-            arrays[name] = drawn(node.shape, seed, key, _bools, np.bool_)
-    return arrays
+            requests[name] = (node.shape, key, _bools, np.bool_)
+    return dict(zip(requests, drawn_many(seed, list(requests.values()))))
 
 
 def _normal(rng: np.random.Generator, n: int, factor: np.float32, dtype: DType) -> np.ndarray:
+    """Normal values at scale `factor`, as `dtype` holds them: a float32 draw rounded once, or, for the 16-bit
+    dtypes, a draw among NORMAL_LEVELS equally likely values (a third of the time; a real-size model's weights are
+    billions of them)."""
+    if dtype in (DType.FLOAT16, DType.BFLOAT16):
+        return np.take(_normal_levels(float(factor), dtype), rng.integers(0, NORMAL_LEVELS, n, dtype=np.uint16))
     values = rng.standard_normal(n, dtype=np.float32)
     if factor != 1.0:
         values *= factor
     return round_to_host(values, dtype)
+
+
+NORMAL_LEVELS = 1 << 16   # the values a 16-bit float input is drawn among: as many as the dtype has
+
+
+@lru_cache(maxsize=64)
+def _normal_levels(factor: float, dtype: DType) -> np.ndarray:
+    """The standard normal's quantiles at the middles of NORMAL_LEVELS equal slices of probability, times `factor`,
+    rounded to `dtype` as the host holds it: drawing among them uniformly is drawing from the normal, to within
+    the dtype's own rounding (its tails cut at 4.3 sigma)."""
+    quantile = NormalDist().inv_cdf
+    levels = np.array([quantile((i + 0.5) / NORMAL_LEVELS) for i in range(NORMAL_LEVELS)], np.float32)
+    return round_to_host(levels * np.float32(factor), dtype)
 
 
 def _integers(rng: np.random.Generator, n: int, low: int, high: int) -> np.ndarray:
@@ -233,7 +253,8 @@ def rounding_noise(graph: Graph, inputs: Mapping[str, np.ndarray],
     """Per output, how far the graph evaluated at its own precision (each value rounded to its dtype) lies from the
     float64 reference: large only where an output cancels what it sums (a bfloat16 mean of terms summing to nearly
     zero), where no program that stores the graph's dtypes can be closer. NaN where that evaluation overflows."""
-    values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs), rounded=True)
+    values = evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs, narrow=True), rounded=True,
+                            roots_only=True)
     return {name: relative_l2(values[id(node)], reference[name]) for name, node in graph.outputs.items()}
 
 

@@ -554,3 +554,44 @@ def test_a_number_modulo_a_tensor_and_abs_of_a_tensor(rng):
     b = signed(rng, (20,))
     np.testing.assert_allclose(run(lambda b: 5.0 % b, b=b), np.fmod(5.0, b.astype(np.float64)), **EXACT)
     np.testing.assert_array_equal(run(lambda b: abs(b), b=b), np.abs(b.astype(np.float64)))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("mode", ["reference", "registers", "rounded"])
+def test_leaves_held_narrow_give_what_leaves_widened_first_give(case: str, mode: str) -> None:
+    """An evaluation of the roots alone reads float16 and float32 leaves as they are held, widening them where an op
+    reads them; its values are those of leaves widened before it began."""
+    graph = CASES[case]()
+    narrow = check_inputs(graph, random_inputs(graph, seed=5), narrow=True)
+    width = np.float64 if mode == "reference" else np.float32
+    wide = {name: a.astype(width) if a.dtype.kind == "f" else a for name, a in narrow.items()}
+    flags = {"registers": mode == "registers", "rounded": mode == "rounded"}
+    held = evaluate_nodes(graph.outputs.values(), narrow, roots_only=True, **flags)
+    widened = evaluate_nodes(graph.outputs.values(), wide, roots_only=True, **flags)
+    for node in graph.outputs.values():
+        assert held[id(node)].dtype == widened[id(node)].dtype
+        np.testing.assert_allclose(held[id(node)], widened[id(node)], rtol=1e-12 if mode == "reference" else 1e-6)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_large_float16_weight_is_widened_a_block_at_a_time_not_whole(transposed: bool) -> None:
+    """The reference of x @ W (and of nn.linear's x @ W.T) with a 4096 x 4096 float16 W: the float64 product,
+    without a float64 copy of W (128 MiB; a real-size model's weights in float64 were most of its reference's
+    time)."""
+    import tracemalloc
+    from tensorsmith import nn
+    g = ts.Graph("weight")
+    x, w = g.input("x", (16, 4096), "float32"), g.input("w", (4096, 4096), "float16")
+    g.output("y", nn.linear(x, w) if transposed else x @ w)
+    inputs = random_inputs(g, seed=0)
+    tracemalloc.start()
+    try:
+        y = ts.evaluate(g, inputs)["y"]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    weight = inputs["w"].astype(np.float64)
+    expected = inputs["x"].astype(np.float64) @ (weight.T if transposed else weight)
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
+    assert peak < weight.nbytes / 2, f"{peak / 2**20:.0f} MiB held at once"

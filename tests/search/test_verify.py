@@ -7,7 +7,7 @@ from graph_cases import CASES, residual_layers
 
 import tensorsmith as ts
 from tensorsmith import nn
-from tensorsmith.ir.dtypes import bfloat16_to_float, float_to_bfloat16
+from tensorsmith.ir.dtypes import DType, bfloat16_to_float, float_to_bfloat16
 from tensorsmith.ir.kernel_program import ExecutionMemo
 from tensorsmith.search.partition import partition, unfused
 from tensorsmith.search.verify import (LARGE_DRAW, ROUNDING_NOISE, InconclusiveError, VerificationError, compare,
@@ -25,6 +25,31 @@ def test_inputs_are_rounded_to_their_dtype_and_never_zero() -> None:
     assert bf16.dtype == np.float32 and np.array_equal(bfloat16_to_float(float_to_bfloat16(bf16)), bf16)
     assert all(np.count_nonzero(array) == array.size for array in inputs.values())
     assert not np.array_equal(inputs["x_float32"], random_inputs(g, seed=4)["x_float32"])   # fresh per seed
+
+
+@pytest.mark.parametrize("narrow", ["float16", "bfloat16"])
+def test_16_bit_inputs_are_drawn_from_the_normal_at_their_scale(narrow: str) -> None:
+    g = ts.Graph("normal")
+    x, w = g.input("x", (256, 512), narrow), g.input("w", (512, 1024), narrow)
+    g.output("y", x @ w)
+    inputs = random_inputs(g, seed=7)
+    for name, scale in (("x", 1.0), ("w", 512 ** -0.5)):
+        values = inputs[name].astype(np.float64).ravel() / scale
+        assert abs(values.mean()) < 0.01 and values.std() == pytest.approx(1.0, abs=0.01)
+        assert np.mean(np.abs(values) < 1) == pytest.approx(0.6827, abs=0.005)    # the normal's mass within 1 sigma
+        assert np.mean(np.abs(values) < 2) == pytest.approx(0.9545, abs=0.005)
+        assert len(np.unique(values)) > 2000   # (bfloat16 has about 2600 values within 4.3 sigma)
+    assert not np.array_equal(inputs["x"][:, :256], inputs["w"][:256, :256])
+
+
+def test_drawing_many_arrays_at_once_gives_each_the_values_it_has_alone() -> None:
+    from functools import partial
+    from tensorsmith.ir.host_arrays import CHUNK, drawn, drawn_many
+    from tensorsmith.search.verify import _normal
+    values = partial(_normal, factor=np.float32(0.5), dtype=DType.FLOAT16)
+    requests = [((3, CHUNK // 2), 1, values, np.float16), ((7,), 2, values, np.float16), ((5, 5), 9, values, np.float16)]
+    for together, (shape, key, made, dtype) in zip(drawn_many(11, requests), requests):
+        np.testing.assert_array_equal(together, drawn(shape, 11, key, made, dtype))
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
