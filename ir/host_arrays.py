@@ -52,6 +52,20 @@ def cast(values: np.ndarray, dtype: np.dtype | type) -> np.ndarray:
     return out
 
 
+def cast_into(target: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """`target[...] = source` (a cast), on every core where it is large, in runs of `target`'s first axis; returns
+    `target`."""
+    if target.size <= CHUNK or target.ndim == 0:
+        target[...] = source
+        return target
+
+    def work(_: int, span: slice) -> None:
+        with np.errstate(over="ignore"):
+            target[span] = source[span]
+    _over_chunks(len(target), work, target.size // len(target))
+    return target
+
+
 Request = tuple[tuple[int, ...], int, Callable[[np.random.Generator, int], np.ndarray], "np.dtype | type"]
 
 

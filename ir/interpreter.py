@@ -8,7 +8,6 @@ width of the floats it is given.
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping
@@ -18,7 +17,7 @@ import numpy as np
 from .dtypes import DType, round_to_register
 from .errors import InputError
 from .graph import Graph
-from .host_arrays import cast
+from .host_arrays import cast, cast_into
 from .node import Node, toposort
 from .ops import VIEWS, Op
 from .patterns import GatherMatch, MatmulMatch, lookup_ids, lookup_reads, match_gather, match_matmul
@@ -170,6 +169,7 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
     readers = _readers(plan, roots) if roots_only else {}
     owned: set[int] = set()   # nodes whose value is a float64 array this evaluation allocated
     values: dict[int, np.ndarray] = {}
+    scratch: dict[np.dtype, np.ndarray] = {}   # the memory a large weight is widened into, a block at a time
     with np.errstate(all="ignore"):
         for node in plan.order:
             if id(node) not in plan.needed:
@@ -193,7 +193,7 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
                 lhs, rhs = matmul_operands(match, values[id(match.lhs.srcs[0])], values[id(match.rhs.srcs[0])])
                 if registers:
                     lhs, rhs = _mma_operand(lhs, match.lhs.dtype), _mma_operand(rhs, match.rhs.dtype)
-                product = widening_matmul(lhs, rhs, width)   # a batch both sides broadcast is made whole as a view
+                product = widening_matmul(lhs, rhs, width, scratch)   # a batch both sides broadcast: whole, a view
                 value = _kept(node, product if product.shape == node.shape else np.broadcast_to(product, node.shape))
             elif id(node) in plan.streamed:
                 value = _streamed(plan.streamed[id(node)], values, registers, rounded)
@@ -240,14 +240,16 @@ def _computed(node: Node, sources: list[np.ndarray], registers: bool) -> np.ndar
     return np.asarray(SEMANTICS[node.op](node, *sources))
 
 
-WIDENED_BLOCK = 1 << 22      # elements of a narrow matrix operand widened at a time
+WIDENED_BLOCK = 1 << 24      # elements of a narrow matrix operand widened at a time
 WIDENED_AT_LEAST = 1 << 16   # a narrow operand smaller than this is widened whole
 
 
-def widening_matmul(lhs: np.ndarray, rhs: np.ndarray, width: np.dtype) -> np.ndarray:
+def widening_matmul(lhs: np.ndarray, rhs: np.ndarray, width: np.dtype,
+                    scratch: dict[np.dtype, np.ndarray] | None = None) -> np.ndarray:
     """lhs @ rhs at `width`. A large narrow right operand (a weight held as float16, or float32 in the reference)
-    is widened a block of its columns at a time into memory reused across blocks and calls: widened whole, a
-    real-size model's weights were gigabytes of fresh memory, and faulting it in was most of a reference's time."""
+    is widened on every core a block of its columns at a time, into memory reused across blocks (and across the
+    calls that share `scratch`): widened whole, a real-size model's weights were gigabytes of fresh memory, and
+    faulting it in was most of a reference's time."""
     lhs = _widened(lhs, width)
     if not _narrower(rhs, width) or rhs.size < WIDENED_AT_LEAST or any(s != 0 for s in rhs.strides[:-2]):
         return np.matmul(lhs, _widened(rhs, width))
@@ -255,26 +257,20 @@ def widening_matmul(lhs: np.ndarray, rhs: np.ndarray, width: np.dtype) -> np.nda
     k, n = matrix.shape
     out = np.empty(np.broadcast_shapes(lhs.shape[:-2], rhs.shape[:-2]) + (lhs.shape[-2], n), width)
     step = max(1, WIDENED_BLOCK // max(k, 1))
-    memory = _scratch(width, k * min(step, n))
+    scratch = {} if scratch is None else scratch
+    if width not in scratch or scratch[width].size < k * min(step, n):
+        scratch[width] = np.empty(k * min(step, n), width)
+    memory = scratch[width]
     transposed = matrix.flags.f_contiguous and not matrix.flags.c_contiguous   # x @ W.T: W's rows are its columns
     for start in range(0, n, step):
         cols = min(start + step, n) - start
-        block = memory[:k * cols].reshape(cols, k).T if transposed else memory[:k * cols].reshape(k, cols)
-        np.copyto(block, matrix[:, start:start + cols])
+        if transposed:   # widened as W's rows, whose memory is contiguous
+            cast_into(memory[:k * cols].reshape(cols, k), matrix[:, start:start + cols].T)
+            block = memory[:k * cols].reshape(cols, k).T
+        else:
+            block = cast_into(memory[:k * cols].reshape(k, cols), matrix[:, start:start + cols])
         out[..., start:start + cols] = np.matmul(lhs, block)
     return out
-
-
-_scratches = threading.local()   # each thread's reused memory for widened blocks, by dtype
-
-
-def _scratch(dtype: np.dtype, size: int) -> np.ndarray:
-    held = getattr(_scratches, "arrays", None)
-    if held is None:
-        held = _scratches.arrays = {}
-    if dtype not in held or held[dtype].size < size:
-        held[dtype] = np.empty(size, dtype)
-    return held[dtype]
 
 
 def _settled(node: Node, value: np.ndarray, registers: bool, rounded: bool) -> np.ndarray:

@@ -172,9 +172,13 @@ def _normal_levels(factor: float, dtype: DType) -> np.ndarray:
     """The standard normal's quantiles at the middles of NORMAL_LEVELS equal slices of probability, times `factor`,
     rounded to `dtype` as the host holds it: drawing among them uniformly is drawing from the normal, to within
     the dtype's own rounding (its tails cut at 4.3 sigma)."""
+    return round_to_host(_standard_levels() * np.float32(factor), dtype)
+
+
+@lru_cache(maxsize=1)
+def _standard_levels() -> np.ndarray:
     quantile = NormalDist().inv_cdf
-    levels = np.array([quantile((i + 0.5) / NORMAL_LEVELS) for i in range(NORMAL_LEVELS)], np.float32)
-    return round_to_host(levels * np.float32(factor), dtype)
+    return np.array([quantile((i + 0.5) / NORMAL_LEVELS) for i in range(NORMAL_LEVELS)], np.float32)
 
 
 def _integers(rng: np.random.Generator, n: int, low: int, high: int) -> np.ndarray:
