@@ -321,7 +321,9 @@ def _layer_lines(layers: dict) -> list[str]:
                      f" {us(piece['measured_us'])}, {sum(piece['stage_seconds'].values()):.1f} s")
     whole = layers.get("whole_model_seconds") or {}
     if whole:
-        lines.append("  the whole model: " + ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in whole.items()))
+        judged = {"gpu": "; tested end to end on the GPU", "numpy": "; tested end to end in numpy"}
+        lines.append("  the whole model: " + ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in whole.items())
+                     + judged.get(layers.get("end_to_end", ""), ""))
     return lines
 
 

@@ -25,8 +25,8 @@ def test_an_8_layer_model_searches_one_layer_and_binds_its_kernels_to_every_laye
     assert searched == ["layers_layer0"]
     layers = program.report["layers"]
     assert layers["identical"] == 8 and [piece["piece"] for piece in layers["pieces"]] == ["layer (x8)"]
-    assert set(layers["whole_model_seconds"]) == {"reference", "waited for it", "random test",
-                                                   "waited for the random test"}   # no GPU check without a GPU
+    assert set(layers["whole_model_seconds"]) == {"reference", "waited for it", "random test"}   # no GPU check
+    assert layers["end_to_end"] == "numpy"                                                       # without a GPU
     plan = program.kernel_program
     per_layer = [[k for k in plan.kernels if k.name.startswith(f"layers_layer{i}_")] for i in range(8)]
     assert all(len(kernels) == len(per_layer[0]) > 0 for kernels in per_layer)

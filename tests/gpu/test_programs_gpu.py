@@ -169,14 +169,16 @@ def test_a_second_compile_reuses_the_kernel_times_the_first_measured(tmp_path: P
 
 
 def test_a_layered_model_measures_one_layer_and_runs_every_layer_on_its_own_weights(tmp_path: Path) -> None:
-    """Issue 41 on the GPU: identical layers are searched and measured once; the stitched program is checked on the
-    GPU before it is returned, and each layer computes with its own weights."""
+    """Issue 41 on the GPU: identical layers are searched and measured once; the stitched program is random-tested
+    end to end on the GPU (its outputs within the dtypes' tolerance, so no numpy run) before it is returned, and
+    each layer computes with its own weights."""
     from graph_cases import residual_layers
     graph = residual_layers(6)
     program = ts.compile(graph, budget_s=10.0, seed=0, cache_dir=tmp_path, progress=False)
     layers = program.report["layers"]
     assert layers["identical"] == 6 and layers["pieces"][0]["measured_us"] is not None
-    assert {"gpu check", "random test"} <= set(layers["whole_model_seconds"])
+    assert "gpu check" in layers["whole_model_seconds"] and layers["end_to_end"] == "gpu"
+    assert "random test" not in layers["whole_model_seconds"]
     assert program.report["total_ms"] is not None and program.report["search"]["measured_us"] is not None
     inputs = random_inputs(graph, seed=77)
     outputs = program(device="cuda", **inputs)
@@ -187,9 +189,9 @@ def test_a_layered_model_measures_one_layer_and_runs_every_layer_on_its_own_weig
 def test_a_wrongly_stitched_program_is_caught_on_a_gpu_and_the_model_searched_whole(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a GPU too, were the stitching wrong (each layer bound to the next layer's weights), the end-to-end test
-    rejects it and the model is searched whole. The GPU's check alone does not: it allows up to 10% for rounding,
-    and a residual stream through the wrong weights stays within that; the numpy run's strict tolerance and the
-    exact check catch it."""
+    rejects it and the model is searched whole. The GPU's run of draw 0 is far outside the dtypes' tolerance (64%
+    in numpy), though within what its check allows for rounding where the graph's output is all noise, so the
+    numpy test runs, and the exact check catches it (at 8fbf8fd the GPU's check alone let it through)."""
     from graph_cases import residual_layers
     from stitching import cross_the_stitching
     cross_the_stitching(monkeypatch)
