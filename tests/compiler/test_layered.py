@@ -2,6 +2,8 @@
 measured, the others run its kernels on their own weights, and the stitched program is tested end to end."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 import tensorsmith as ts
@@ -21,7 +23,9 @@ def test_an_8_layer_model_searches_one_layer_and_binds_its_kernels_to_every_laye
         searched.append(graph.name)
         return real(graph, *args, **kwargs)
     monkeypatch.setattr(pipeline.search, "search_program", counting)
+    switching = sys.getswitchinterval()
     program = ts.compile(residual_layers(8), budget_s=4.0, profile=False, cache=False, progress=False)
+    assert sys.getswitchinterval() == switching   # shortened while the draw's thread ran beside the search, restored
     assert searched == ["layers_layer0"]
     layers = program.report["layers"]
     assert layers["identical"] == 8 and [piece["piece"] for piece in layers["pieces"]] == ["layer (x8)"]
