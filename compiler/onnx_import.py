@@ -369,6 +369,48 @@ def _layer_norm(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     return nn.layer_norm(x, weight, bias, attrs.get("epsilon", 1e-5))
 
 
+def _windowed(context: _Context, x: Tensor, attrs: dict, kernel: Sequence[int]) -> tuple[Tensor, list[int]]:
+    """A Conv's or pooling's input with its `pads` applied where they are not the same on both sides, and the
+    padding left for the layer to apply on both sides (NOTSET and VALID auto_pad only)."""
+    dims = len(kernel)
+    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise OnnxImportError(f"{context.node.op_type} node {context.node.name!r}: auto_pad"
+                              f" {attrs['auto_pad']!r} is not supported; export with explicit pads")
+    pads = list(attrs.get("pads", [0] * 2 * dims))
+    begin, end = pads[:dims], pads[dims:]
+    if begin == end:
+        return x, begin
+    return x.pad([(0, 0)] * (x.ndim - dims) + list(zip(begin, end))), [0] * dims
+
+
+def _conv(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    x, weight = context.tensor(inputs[0]), context.tensor(inputs[1])
+    bias = context.tensor(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+    kernel = list(attrs.get("kernel_shape", weight.shape[2:]))
+    x, padding = _windowed(context, x, attrs, kernel)
+    return nn.conv(x, weight, bias, attrs.get("strides", 1), padding, attrs.get("dilations", 1),
+                   attrs.get("group", 1))
+
+
+def _max_pool(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    kernel = list(attrs["kernel_shape"])
+    x, padding = _windowed(context, context.tensor(inputs[0]), attrs, kernel)
+    return nn.max_pool(x, kernel, attrs.get("strides", 1), padding, attrs.get("dilations", 1),
+                       bool(attrs.get("ceil_mode", 0)))
+
+
+def _average_pool(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    kernel = list(attrs["kernel_shape"])
+    x, padding = _windowed(context, context.tensor(inputs[0]), attrs, kernel)
+    return nn.avg_pool(x, kernel, attrs.get("strides", 1), padding, bool(attrs.get("ceil_mode", 0)),
+                       bool(attrs.get("count_include_pad", 0)))
+
+
+def _batch_norm(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    x, weight, bias, mean, var = (context.tensor(value) for value in inputs[:5])
+    return nn.batch_norm(x, mean, var, weight, bias, attrs.get("epsilon", 1e-5))
+
+
 def _rms_norm(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     x = context.tensor(inputs[0])
     weight = context.tensor(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else None
@@ -427,6 +469,9 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "Softmax": lambda context, inputs, attrs: nn.softmax(context.tensor(inputs[0]), attrs.get("axis", -1)),
     "LogSoftmax": lambda context, inputs, attrs: nn.log_softmax(context.tensor(inputs[0]), attrs.get("axis", -1)),
     "LayerNormalization": _layer_norm, "RMSNormalization": _rms_norm,
+    "Conv": _conv, "MaxPool": _max_pool, "AveragePool": _average_pool, "BatchNormalization": _batch_norm,
+    "GlobalAveragePool": lambda context, inputs, attrs: nn.adaptive_avg_pool(
+        context.tensor(inputs[0]), [1] * (context.tensor(inputs[0]).ndim - 2)),
     "ReduceMean": _reduce(lambda x, axis: x.mean(axis, keepdim=True)),
     "ReduceSum": _reduce(lambda x, axis: x.sum(axis, keepdim=True)),
     "ReduceMax": _reduce(lambda x, axis: x.max(axis, keepdim=True)),

@@ -312,6 +312,27 @@ def _layer_norm(node: Any, x: Tensor, shape: Sequence[int], weight: Any = None, 
     return nn.layer_norm(x, weight, bias, eps), mean, rstd
 
 
+def _convolution(node: Any, x: Tensor, weight: Tensor, bias: Any, stride: Sequence[int], padding: Sequence[int],
+                 dilation: Sequence[int], transposed: bool, output_padding: Sequence[int], groups: int) -> Tensor:
+    if transposed:
+        raise TorchImportError("a transposed convolution (ConvTranspose) has no lowering yet")
+    return nn.conv(x, weight, bias if isinstance(bias, Tensor) else None, stride, padding, dilation, groups)
+
+
+def _max_pool(node: Any, x: Tensor, kernel: Sequence[int], stride: Sequence[int] = (), padding: Any = 0,
+              dilation: Any = 1, ceil_mode: bool = False) -> tuple[Tensor, None]:
+    """Its values; the indices it also returns have no lowering (None: an error where something reads them)."""
+    return nn.max_pool(x, list(kernel), list(stride) or None, padding, dilation, ceil_mode), None
+
+
+def _batch_norm(node: Any, x: Tensor, weight: Any, bias: Any, mean: Tensor, var: Tensor, momentum: float,
+                eps: float) -> tuple[Tensor, None, None]:
+    """Batch normalisation in eval mode (its running statistics); the statistics it also returns are not lowered."""
+    out = nn.batch_norm(x, mean, var, weight if isinstance(weight, Tensor) else None,
+                        bias if isinstance(bias, Tensor) else None, eps)
+    return out, None, None
+
+
 def _where_lowering(node: Any, cond: Tensor, a: Any, b: Any) -> Tensor:
     dtype = _dtype(node.meta["val"].dtype)
     return where(cond, *(finite(_scalar(v), dtype) if not isinstance(v, Tensor) else v for v in (a, b)))
@@ -502,5 +523,16 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.argmax.default": _arg(nn.argmax), "aten.argmin.default": _arg(nn.argmin),
     "aten.cumsum.default": lambda node, x, dim, dtype=None: nn.cumsum(x, dim),
     "aten.full_like.default": _full_like,
+    "aten.convolution.default": _convolution, "aten.conv2d.default": lambda node, x, w, b=None, s=1, p=0, d=1, g=1:
+        nn.conv(x, w, b, s, p, d, g), "aten.conv1d.default": lambda node, x, w, b=None, s=1, p=0, d=1, g=1:
+        nn.conv(x, w, b, s, p, d, g),
+    "aten.max_pool2d_with_indices.default": _max_pool, "aten.max_pool1d_with_indices.default": _max_pool,
+    "aten.max_pool2d.default": lambda node, *args: _max_pool(node, *args)[0],
+    "aten.avg_pool2d.default": lambda node, x, kernel, stride=(), padding=0, ceil_mode=False,
+    count_include_pad=True, divisor_override=None: nn.avg_pool(x, list(kernel), list(stride) or None, padding,
+                                                               ceil_mode, count_include_pad, divisor_override),
+    "aten._adaptive_avg_pool2d.default": lambda node, x, size: nn.adaptive_avg_pool(x, list(size)),
+    "aten.adaptive_avg_pool2d.default": lambda node, x, size: nn.adaptive_avg_pool(x, list(size)),
+    "aten._native_batch_norm_legit_no_training.default": _batch_norm,
 }
 IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten.sym_constrain_range.default"}

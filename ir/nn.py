@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from .dtypes import DType
 from .errors import DTypeError, ShapeError, user_location
 from .primitives import normalize_axis
-from .tensor import Tensor, broadcast_shapes, constant, equal, iota, matmul, maximum, where
+from .tensor import Tensor, broadcast_shapes, concat, constant, equal, iota, matmul, maximum, where
+from .windows import adaptive_avg_pool, avg_pool, conv, max_pool
 
 __all__ = ["relu", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
            "rms_norm", "linear", "causal_mask", "attention", "rope", "matmul", "maximum", "minimum", "clamp", "power",
-           "concat", "split", "embedding", "take", "index", "var", "std", "argmax", "argmin", "cumsum", "where", "constant", "iota"]
+           "concat", "split", "embedding", "take", "index", "var", "std", "argmax", "argmin", "cumsum", "where", "constant", "iota",
+           "conv", "max_pool", "avg_pool", "adaptive_avg_pool", "batch_norm"]
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU
 GELU_CUBIC = 0.044715
@@ -63,6 +65,18 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
         out = out * weight
     if bias is not None:
         out = out + bias
+    return out
+
+
+def batch_norm(x: Tensor, mean: Tensor, var: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
+    """Batch normalisation as inference runs it: per channel (axis 1), with the running mean and variance given."""
+    channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    out = (x - mean.reshape(channel)) * (var.reshape(channel) + eps).rsqrt()
+    if weight is not None:
+        out = out * weight.reshape(channel)
+    if bias is not None:
+        out = out + bias.reshape(channel)
     return out
 
 
@@ -164,23 +178,6 @@ def power(x: Tensor, exponent: float) -> Tensor:
             out = out * x
         return out.recip() if e < 0 else out
     return (x.log2() * e).exp2()
-
-
-def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    """The tensors joined along `axis`, as a sum of zero-padded parts (bools through int32): exact, and fusible."""
-    if not tensors:
-        raise ShapeError(f"concat: no tensors to join at {user_location()}")
-    axis = normalize_axis(axis, tensors[0].ndim, "concat", [t.node for t in tensors])
-    total, before, parts = sum(t.shape[axis] for t in tensors), 0, []
-    for t in tensors:
-        widths = [(0, 0)] * t.ndim
-        widths[axis] = (before, total - before - t.shape[axis])
-        parts.append((t.cast(DType.INT32) if t.dtype == DType.BOOL else t).pad(widths))
-        before += t.shape[axis]
-    out = parts[0]
-    for part in parts[1:]:
-        out = out + part
-    return out.cast(DType.BOOL) if tensors[0].dtype == DType.BOOL else out
 
 
 def split(x: Tensor, sizes: Sequence[int], axis: int = 0) -> list[Tensor]:

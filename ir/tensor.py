@@ -380,3 +380,20 @@ def constant(value: Scalar, shape: Sequence[int] = (), dtype: DType | str = "flo
 def iota(shape: Sequence[int], axis: int) -> Tensor:
     """An int32 tensor whose element is its own index along `axis` (for masks and positions)."""
     return Tensor(P.iota(shape, axis))
+
+
+def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """The tensors joined along `axis`, as a sum of zero-padded parts (bools through int32): exact, and fusible."""
+    if not tensors:
+        raise ShapeError(f"concat: no tensors to join at {user_location()}")
+    axis = P.normalize_axis(axis, tensors[0].ndim, "concat", [t.node for t in tensors])
+    total, before, parts = sum(t.shape[axis] for t in tensors), 0, []
+    for t in tensors:
+        widths = [(0, 0)] * t.ndim
+        widths[axis] = (before, total - before - t.shape[axis])
+        parts.append((t.cast(DType.INT32) if t.dtype == DType.BOOL else t).pad(widths))
+        before += t.shape[axis]
+    out = parts[0]
+    for part in parts[1:]:
+        out = out + part
+    return out.cast(DType.BOOL) if tensors[0].dtype == DType.BOOL else out

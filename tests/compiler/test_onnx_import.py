@@ -242,3 +242,28 @@ def test_an_onnx_program_keeps_its_initializers_in_its_folder(tmp_path: Path) ->
     assert _relative(load(tmp_path / "out")(x=x, device="cpu")["y"], expected) < 1e-5
     from_onnx(model, **QUICK).save(tmp_path / "saved")
     assert _relative(load(tmp_path / "saved")(x=x, device="cpu")["y"], expected) < 1e-5
+
+
+def test_convolutions_batch_norm_and_pooling_match_the_reference() -> None:
+    """Issue 42: ONNX Conv (grouped, strided, dilated, with pads unequal on two sides), BatchNormalization, MaxPool,
+    AveragePool and GlobalAveragePool, against onnx's reference implementation."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 0, 2, 1],
+                              strides=[1, 2], group=2),
+             helper.make_node("BatchNormalization", ["c1", "scale", "shift", "mean", "var"], ["n1"], epsilon=1e-3),
+             helper.make_node("Relu", ["n1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 1]),
+             helper.make_node("Conv", ["p1", "w2"], ["c2"], kernel_shape=[2, 2], dilations=[2, 1]),
+             helper.make_node("AveragePool", ["c2"], ["p2"], kernel_shape=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["p2"], ["y"])]
+    weights = {"w1": RNG.standard_normal((6, 2, 3, 3)).astype(np.float32),
+               "b1": RNG.standard_normal(6).astype(np.float32),
+               "scale": RNG.uniform(0.5, 1.5, 6).astype(np.float32), "shift": RNG.standard_normal(6).astype(np.float32),
+               "mean": RNG.standard_normal(6).astype(np.float32), "var": RNG.uniform(0.5, 2, 6).astype(np.float32),
+               "w2": RNG.standard_normal((5, 6, 2, 2)).astype(np.float32)}
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 12, 11])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], weights)
+    program = from_onnx(model, **QUICK)
+    x = RNG.standard_normal((2, 4, 12, 11)).astype(np.float32)
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    ours = program(x)
+    assert ours.shape == expected.shape and _relative(ours, expected.astype(np.float64)) < 1e-5

@@ -313,3 +313,62 @@ def test_an_imported_program_saves_with_its_weights_and_loads(tmp_path) -> None:
         expected = module(ids, x).numpy()
     out = loaded(ids=ids.numpy().astype(np.int32), x=x.numpy(), device="cpu")
     assert float(np.abs(next(iter(out.values())) - expected).max()) < 1e-5
+
+
+class SmallCNN(torch.nn.Module):
+    """A torchvision-style CNN: convolutions (padded, strided, dilated, grouped, depthwise), batch norm, pooling."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                        torch.nn.ReLU(), torch.nn.MaxPool2d(3, stride=2, padding=1))
+        self.grouped = torch.nn.Conv2d(8, 12, 3, stride=2, padding=2, dilation=2, groups=2, bias=False)
+        self.depthwise = torch.nn.Conv2d(12, 12, 3, padding=1, groups=12)
+        self.norm = torch.nn.BatchNorm2d(12)
+        self.head = torch.nn.Linear(12, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.norm(self.depthwise(self.grouped(self.stem(x)))))
+        h = F.avg_pool2d(h, 2, stride=1, padding=1, count_include_pad=False)
+        return self.head(F.adaptive_avg_pool2d(h, 1).flatten(1))
+
+
+def _with_statistics(module: torch.nn.Module) -> torch.nn.Module:
+    """Batch norm's running statistics made other than their defaults (0 and 1), so that they matter."""
+    for norm in (m for m in module.modules() if isinstance(m, torch.nn.BatchNorm2d)):
+        norm.running_mean.uniform_(-0.5, 0.5)
+        norm.running_var.uniform_(0.5, 2.0)
+        norm.weight.data.uniform_(0.5, 1.5)
+        norm.bias.data.uniform_(-0.5, 0.5)
+    return module.eval()
+
+
+def test_a_cnn_with_batch_norm_and_pooling_matches_eager() -> None:
+    """Issue 42: convolutions (padded, strided, dilated, grouped and depthwise), batch norm in eval mode, max,
+    average and adaptive average pooling import and match eager PyTorch."""
+    module = _with_statistics(SmallCNN())
+    program = from_torch(module, (torch.randn(2, 3, 16, 16),), profile=False, **QUICK)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        assert _relative(program(x), module(x)) < 1e-6
+
+
+def test_a_patch_embedding_and_a_1d_convolution_match_eager() -> None:
+    """A ViT's patch embedding (stride equal to its kernel: a reshape, a permute and one product) and a strided
+    Conv1d (slices and reshapes, one product) match eager PyTorch."""
+    class Patches(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.patch = torch.nn.Conv2d(3, 32, 4, stride=4)
+            self.audio = torch.nn.Conv1d(2, 6, 5, stride=3, padding=2)
+
+        def forward(self, image: torch.Tensor, wave: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.patch(image).flatten(2).transpose(1, 2), self.audio(wave)
+    module = Patches().eval()
+    program = from_torch(module, (torch.randn(2, 3, 16, 16), torch.randn(2, 2, 40)), profile=False, **QUICK)
+    matmuls = sum(node.op.name == "SUM" for node in program.graph.nodes())
+    assert matmuls >= 2
+    image, wave = torch.randn(2, 3, 16, 16), torch.randn(2, 2, 40)
+    with torch.no_grad():
+        for ours, theirs in zip(program(image, wave), module(image, wave)):
+            assert ours.shape == theirs.shape and _relative(ours, theirs) < 1e-5

@@ -1,0 +1,194 @@
+"""Layers over sliding windows, as compositions of primitives: convolution (one matrix product per group over the
+windows gathered as columns, "im2col") and max, average and adaptive average pooling. Each window offset is a
+strided view of the padded input, made of slices and reshapes; windows that tile the input (a ViT's patch
+embedding: stride equal to the kernel, no padding) are one reshape and permute of it."""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+from .dtypes import DType
+from .errors import ShapeError
+from .tensor import Tensor, concat, constant, maximum, where
+
+Size = int | Sequence[int]
+
+
+def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Size = 1, padding: Size = 0,
+         dilation: Size = 1, groups: int = 1) -> Tensor:
+    """PyTorch's conv1d/conv2d/conv3d: x (N, C, *spatial) or (C, *spatial), weight (O, C / groups, *kernel)."""
+    dims = weight.ndim - 2
+    if dims < 1 or x.ndim not in (dims + 1, dims + 2):
+        raise ShapeError(f"conv: a weight of shape {weight.shape} takes inputs of {dims + 1} or {dims + 2} axes,"
+                         f" got {x.shape}")
+    if x.ndim == dims + 1:
+        return conv(x.reshape((1,) + x.shape), weight, bias, stride, padding, dilation, groups).reshape(
+            _conv_shape(x.shape, weight.shape, stride, padding, dilation)[1:])
+    channels, out_channels, kernel = x.shape[1], weight.shape[0], weight.shape[2:]
+    if channels != weight.shape[1] * groups or out_channels % groups:
+        raise ShapeError(f"conv: {channels} input channels in {groups} group(s) do not fit a weight of shape"
+                         f" {weight.shape}")
+    stride, padding, dilation = (_per_axis(value, dims, name) for value, name in
+                                 ((stride, "stride"), (padding, "padding"), (dilation, "dilation")))
+    out = _out_sizes(x.shape[2:], kernel, stride, padding, dilation)
+    windows = _windows(x.pad([(0, 0), (0, 0)] + [(p, p) for p in padding]), kernel, stride, dilation, out)
+    per_group, taps = channels // groups, math.prod(kernel)
+    if per_group == 1 and out_channels == groups:   # depthwise: each channel its own filter, no sum over channels
+        taps_weights = weight.reshape(out_channels, taps)
+        y = _summed(w * taps_weights[:, t].reshape((1, channels) + (1,) * dims) for t, w in enumerate(windows))
+    else:   # the windows as columns (N, *out, C * taps), channel-major as the weight is: a product per group
+        columns = _columns(x, windows, kernel, stride, padding, dilation, out)
+        flat = weight.reshape(out_channels, per_group * taps)
+        step, width = out_channels // groups, per_group * taps
+        parts = [columns[(slice(None),) * (dims + 1) + (slice(g * width, (g + 1) * width),)]
+                 @ flat[g * step:(g + 1) * step].transpose(0, 1) for g in range(groups)]
+        y = parts[0] if groups == 1 else concat(parts, dims + 1)
+        y = y.permute((0, dims + 1) + tuple(range(1, dims + 1)))
+    return y if bias is None else y + bias.reshape((1, out_channels) + (1,) * dims)
+
+
+def max_pool(x: Tensor, kernel: Size, stride: Size | None = None, padding: Size = 0, dilation: Size = 1,
+             ceil_mode: bool = False) -> Tensor:
+    """PyTorch's max_pool over the last len(kernel) axes (padding never wins: it is the dtype's lowest value)."""
+    kernel, stride, padding, dilation, out = _pooling(x, kernel, stride, padding, dilation, ceil_mode, "max_pool")
+    dims = len(kernel)
+    widths = [(0, 0)] * (x.ndim - dims) + [(p, p) for p in padding]
+    inside = constant(1.0, x.shape, DType.FLOAT32).pad(widths) > 0.5
+    padded = where(inside, x.pad(widths), constant(_lowest(x.dtype), (), x.dtype))
+    return functools.reduce(maximum, _windows(padded, kernel, stride, dilation, out))
+
+
+def avg_pool(x: Tensor, kernel: Size, stride: Size | None = None, padding: Size = 0, ceil_mode: bool = False,
+             count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    """PyTorch's avg_pool over the last len(kernel) axes."""
+    kernel, stride, padding, _, out = _pooling(x, kernel, stride, padding, 1, ceil_mode, "avg_pool")
+    dims, ones = len(kernel), [1] * len(kernel)
+    widths = [(0, 0)] * (x.ndim - dims) + [(p, p) for p in padding]
+    total = _summed(_windows(x.pad(widths), kernel, stride, ones, out))
+    if divisor_override:
+        return total / float(divisor_override)
+    if count_include_pad or not any(padding):
+        return total / float(math.prod(kernel))
+    inside = constant(1.0, x.shape[x.ndim - dims:], x.dtype).pad(widths[x.ndim - dims:])
+    return total / _summed(_windows(inside, kernel, stride, ones, out, lead=0))
+
+
+def adaptive_avg_pool(x: Tensor, output_size: Size) -> Tensor:
+    """PyTorch's adaptive_avg_pool where each output size divides its input's: a mean over equal windows."""
+    sizes = [output_size] if isinstance(output_size, int) else list(output_size)
+    dims, lead = len(sizes), x.ndim - len(sizes)
+    sizes = [x.shape[lead + d] if s is None else s for d, s in enumerate(sizes)]
+    if any(s <= 0 or x.shape[lead + d] % s for d, s in enumerate(sizes)):
+        raise ShapeError(f"adaptive_avg_pool to {tuple(sizes)}: each output size must divide its input's"
+                         f" ({x.shape[lead:]}); windows of unequal sizes are not supported")
+    split = x.shape[:lead] + tuple(n for d, s in enumerate(sizes) for n in (s, x.shape[lead + d] // s))
+    return x.reshape(split).mean([lead + 2 * d + 1 for d in range(dims)])
+
+
+def _pooling(x: Tensor, kernel: Size, stride: Size | None, padding: Size, dilation: Size, ceil_mode: bool,
+             name: str) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """A pooling's sizes per axis, and its output's; ceil mode only where it adds no window."""
+    kernel = [kernel] if isinstance(kernel, int) else list(kernel)
+    dims = len(kernel)
+    if x.ndim < dims + 1:
+        raise ShapeError(f"{name} over {dims} axes needs an input of at least {dims + 1}, got {x.shape}")
+    stride = kernel if stride is None or (not isinstance(stride, int) and not list(stride)) else \
+        _per_axis(stride, dims, "stride")
+    padding, dilation = _per_axis(padding, dims, "padding"), _per_axis(dilation, dims, "dilation")
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        raise ShapeError(f"{name}: padding {padding} is more than half the kernel {kernel}")
+    spatial = x.shape[x.ndim - dims:]
+    out = _out_sizes(spatial, kernel, stride, padding, dilation)
+    if ceil_mode and out != _out_sizes(spatial, kernel, stride, padding, dilation, ceil=True):
+        raise ShapeError(f"{name} with ceil_mode over {spatial}: a last, partial window is not supported")
+    return kernel, stride, padding, dilation, out
+
+
+def _per_axis(value: Size, dims: int, name: str) -> list[int]:
+    values = [value] * dims if isinstance(value, int) else list(value)
+    if len(values) == 1:
+        values = values * dims
+    if len(values) != dims or any(not isinstance(v, int) or v < 0 for v in values):
+        raise ShapeError(f"{name} {value!r}: expected {dims} non-negative integer(s)")
+    return values
+
+
+def _out_sizes(spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+               dilation: Sequence[int], ceil: bool = False) -> list[int]:
+    out = []
+    for n, k, s, p, d in zip(spatial, kernel, stride, padding, dilation):
+        reach = n + 2 * p - d * (k - 1) - 1
+        if reach < 0 or s < 1:
+            raise ShapeError(f"a window of {k} (dilation {d}, stride {s}) does not fit an axis of {n} padded by {p}")
+        size = (-(-reach // s) if ceil else reach // s) + 1
+        if ceil and (size - 1) * s >= n + p:   # PyTorch: the last window starts inside the input or its left pad
+            size -= 1
+        out.append(size)
+    return out
+
+
+def _conv_shape(shape: Sequence[int], weight: Sequence[int], stride: Size, padding: Size,
+                dilation: Size) -> tuple[int, ...]:
+    dims = len(weight) - 2
+    sizes = _out_sizes(shape[-dims:], weight[2:], _per_axis(stride, dims, "stride"),
+                       _per_axis(padding, dims, "padding"), _per_axis(dilation, dims, "dilation"))
+    return (1, weight[0], *sizes)
+
+
+def _windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out: Sequence[int],
+             lead: int | None = None) -> list[Tensor]:
+    """For each kernel offset (in row-major order), the strided view of `x` (already padded) it reads: x's leading
+    axes, then `out`."""
+    lead = x.ndim - len(kernel) if lead is None else lead
+    views = []
+    for offsets in _offsets(kernel):
+        view = x
+        for d, offset in enumerate(offsets):
+            view = _strided(view, lead + d, offset * dilation[d], stride[d], out[d])
+        views.append(view)
+    return views
+
+
+def _offsets(kernel: Sequence[int]) -> list[tuple[int, ...]]:
+    offsets: list[tuple[int, ...]] = [()]
+    for size in kernel:
+        offsets = [o + (i,) for o in offsets for i in range(size)]
+    return offsets
+
+
+def _strided(x: Tensor, axis: int, start: int, step: int, count: int) -> Tensor:
+    """x[..., start : start + step * count : step, ...] along `axis`, as slices and reshapes (zeros padded past the
+    end where the last step's unread elements run over it)."""
+    before = (slice(None),) * axis
+    if step == 1:
+        return x[before + (slice(start, start + count),)]
+    end = start + step * count
+    if end > x.shape[axis]:
+        x = x.pad([(0, 0)] * axis + [(0, end - x.shape[axis])] + [(0, 0)] * (x.ndim - axis - 1))
+    grouped = x[before + (slice(start, end),)]
+    grouped = grouped.reshape(x.shape[:axis] + (count, step) + x.shape[axis + 1:])
+    picked = grouped[before + (slice(None), slice(0, 1))]
+    return picked.reshape(x.shape[:axis] + (count,) + x.shape[axis + 1:])
+
+
+def _columns(x: Tensor, windows: list[Tensor], kernel: Sequence[int], stride: Sequence[int],
+             padding: Sequence[int], dilation: Sequence[int], out: Sequence[int]) -> Tensor:
+    """The windows as (N, *out, C * taps), channel-major: a reshape and permute of x where they tile it."""
+    n, c, dims = x.shape[0], x.shape[1], len(kernel)
+    if list(stride) == list(kernel) and not any(padding) and all(d == 1 for d in dilation) and \
+            all(o * k == s for o, k, s in zip(out, kernel, x.shape[2:])):
+        split = x.reshape((n, c) + tuple(v for o, k in zip(out, kernel) for v in (o, k)))
+        order = (0,) + tuple(2 + 2 * d for d in range(dims)) + (1,) + tuple(3 + 2 * d for d in range(dims))
+        return split.permute(order).reshape((n, *out, c * math.prod(kernel)))
+    stacked = concat([w.reshape(w.shape + (1,)) for w in windows], dims + 2)      # (N, C, *out, taps)
+    order = (0,) + tuple(range(2, dims + 2)) + (1, dims + 2)
+    return stacked.permute(order).reshape((n, *out, c * math.prod(kernel)))
+
+
+def _summed(tensors) -> Tensor:
+    return functools.reduce(lambda a, b: a + b, tensors)
+
+
+def _lowest(dtype: DType) -> float:
+    return {DType.FLOAT16: -65504.0, DType.BFLOAT16: -3.3895313892515355e38}.get(dtype, -3.4028234663852886e38)

@@ -1,0 +1,92 @@
+"""Convolution and pooling (ir/windows.py) against direct numpy loops over their windows, in float64."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import tensorsmith as ts
+from tensorsmith import nn
+from tensorsmith.ir.errors import ShapeError
+
+
+def _windowed(x: np.ndarray, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+              fill: float = 0.0, padding: tuple[int, ...] = ()) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """x (..., *spatial) padded with `fill`; each output position's window as an array (..., *kernel)."""
+    dims = len(kernel)
+    padding = padding or (0,) * dims
+    padded = np.pad(x, [(0, 0)] * (x.ndim - dims) + [(p, p) for p in padding], constant_values=fill)
+    out = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(padded.shape[-dims:], kernel, stride, dilation)]
+    windows = {}
+    for at in itertools.product(*(range(o) for o in out)):
+        index = tuple(slice(a * s, a * s + d * (k - 1) + 1, d) for a, k, s, d in zip(at, kernel, stride, dilation))
+        windows[at] = padded[(Ellipsis,) + index]
+    return windows, out
+
+
+def _conv(x: np.ndarray, w: np.ndarray, stride, padding, dilation, groups) -> np.ndarray:
+    windows, out = _windowed(x, w.shape[2:], stride, dilation, padding=padding)
+    n, c = x.shape[:2]
+    o, per = w.shape[0], c // groups
+    y = np.zeros((n, o, *out))
+    for at, window in windows.items():
+        for g in range(groups):
+            part = window[:, g * per:(g + 1) * per]
+            filters = w[g * (o // groups):(g + 1) * (o // groups)]
+            y[(slice(None), slice(g * (o // groups), (g + 1) * (o // groups))) + at] = np.tensordot(
+                part, filters, axes=(list(range(1, part.ndim)), list(range(1, filters.ndim))))
+    return y
+
+
+@pytest.mark.parametrize("shape, weight, stride, padding, dilation, groups", [
+    ((2, 3, 9, 7), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+    ((1, 4, 11, 10), (6, 2, 3, 2), (2, 3), (2, 0), (2, 1), 2),
+    ((2, 5, 8, 8), (5, 1, 3, 3), (2, 2), (1, 1), (1, 1), 5),       # depthwise
+    ((2, 3, 8, 12), (7, 3, 4, 4), (4, 4), (0, 0), (1, 1), 1),      # tiles the input: a patch embedding
+    ((3, 2, 17), (4, 2, 5), (3,), (2,), (1,), 1),                  # one spatial axis
+])
+def test_a_convolution_is_the_sum_over_each_window(shape, weight, stride, padding, dilation, groups, rng) -> None:
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (shape, weight, weight[:1]))
+    g = ts.Graph("conv")
+    tx, tw, tb = g.input("x", shape, "float32"), g.input("w", weight, "float32"), g.input("b", b.shape, "float32")
+    g.output("y", nn.conv(tx, tw, tb, stride, padding, dilation, groups))
+    got = ts.evaluate(g, {"x": x, "w": w, "b": b})["y"]
+    expected = _conv(x.astype(np.float64), w.astype(np.float64), stride, padding, dilation, groups)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected + b.reshape((1, -1) + (1,) * (len(shape) - 2)), rtol=1e-10, atol=1e-10)
+
+
+def test_max_and_average_pooling_are_the_max_and_mean_of_each_window(rng) -> None:
+    x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    g = ts.Graph("pool")
+    tx = g.input("x", x.shape, "float32")
+    g.output("max", nn.max_pool(tx, (3, 3), (2, 2), (1, 1)))
+    g.output("mean", nn.avg_pool(tx, (3, 2), (2, 1), (1, 1)))
+    g.output("mean_inside", nn.avg_pool(tx, (3, 2), (2, 1), (1, 1), count_include_pad=False))
+    g.output("adaptive", nn.adaptive_avg_pool(tx, (3, 4)))
+    got = ts.evaluate(g, {"x": x})
+    wide = x.astype(np.float64)
+    windows, out = _windowed(wide, (3, 3), (2, 2), (1, 1), fill=-np.inf, padding=(1, 1))
+    np.testing.assert_array_equal(got["max"], np.stack([w.max(axis=(-2, -1)) for w in windows.values()], -1)
+                                  .reshape(2, 3, *out))
+    windows, out = _windowed(wide, (3, 2), (2, 1), (1, 1), padding=(1, 1))
+    counts, _ = _windowed(np.ones((9, 8)), (3, 2), (2, 1), (1, 1), padding=(1, 1))
+    sums = np.stack([w.sum(axis=(-2, -1)) for w in windows.values()], -1).reshape(2, 3, *out)
+    inside = np.array([c.sum() for c in counts.values()]).reshape(out)
+    np.testing.assert_allclose(got["mean"], sums / 6, rtol=1e-12)
+    np.testing.assert_allclose(got["mean_inside"], sums / inside, rtol=1e-12)
+    np.testing.assert_allclose(got["adaptive"], wide.reshape(2, 3, 3, 3, 4, 2).mean(axis=(3, 5)), rtol=1e-12)
+
+
+def test_windows_that_cannot_be_made_are_one_clear_error() -> None:
+    g = ts.Graph("bad")
+    x = g.input("x", (1, 4, 7, 7), "float32")
+    with pytest.raises(ShapeError, match="4 input channels in 3 group"):
+        nn.conv(x, g.input("w", (3, 2, 3, 3), "float32"), groups=3)
+    with pytest.raises(ShapeError, match="partial window"):
+        nn.max_pool(x, 2, 2, ceil_mode=True)
+    with pytest.raises(ShapeError, match="must divide"):
+        nn.adaptive_avg_pool(x, (3, 3))
+    with pytest.raises(ShapeError, match="more than half the kernel"):
+        nn.max_pool(x, 2, padding=2)
