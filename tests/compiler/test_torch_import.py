@@ -372,3 +372,24 @@ def test_a_patch_embedding_and_a_1d_convolution_match_eager() -> None:
     with torch.no_grad():
         for ours, theirs in zip(program(image, wave), module(image, wave)):
             assert ours.shape == theirs.shape and _relative(ours, theirs) < 1e-5
+
+
+def test_a_vision_transformer_from_transformers_matches_eager() -> None:
+    """Issue 42: a ViT (transformers' ViTModel, random weights) imports through its patch embedding's convolution."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    config = transformers.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                                    image_size=32, patch_size=8, num_channels=3)
+    vit = transformers.ViTModel(config, add_pooling_layer=False).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.vit = vit
+
+        def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+            return self.vit(pixel_values=pixel_values).last_hidden_state
+    module = Hidden().eval()
+    program = from_torch(module, (torch.randn(2, 3, 32, 32),), profile=False, **QUICK)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert _relative(program(x), module(x)) < 1e-5
