@@ -43,20 +43,31 @@ if torch is not None:
 
 def hf_case(make: Callable[[], Any], ids_shape: tuple[int, ...], vocab: int, name: str, family: str, note: str,
             dtype: str = "float16") -> Case:
-    """The module `make` builds (float32, eval mode), cast to `dtype` and imported where it runs, on the GPU where
-    there is one (there PyTorch's attention is one fused op, on the CPU the math it decomposes into), as a user
-    imports the model they run.
+    """The module `make` builds (float32, eval mode), called on token ids of `ids_shape` drawn from the vocabulary,
+    as `module_case` makes it."""
+    def ids(generator: Any, device: str) -> Any:
+        return torch.randint(0, vocab, ids_shape, generator=generator, device=device, dtype=torch.int32)
+    return module_case(make, torch.zeros(ids_shape, dtype=torch.long), ids, name, family, note, dtype)
 
-    Its inputs are the model's own: token ids drawn from the vocabulary and the module's weights. The reference is
-    the module itself in `dtype`, or, given float32 tensors (the harness's truth), the same weights widened."""
+
+def module_case(make: Callable[[], Any], example: Any, draw: Callable[[Any, str], Any], name: str, family: str,
+                note: str, dtype: str = "float16") -> Case:
+    """The module `make` builds (float32, eval mode, called on one tensor as its users call it), cast to `dtype`
+    and imported where it runs on `example`, on the GPU where there is one (there PyTorch's attention is one fused
+    op, on the CPU the math it decomposes into), as a user imports the model they run.
+
+    Its inputs are the model's own: its one input drawn by `draw(generator, device)` (token ids, or pixels, in
+    `dtype`) and the module's weights. The reference is the module itself in `dtype`, or, given float32 tensors
+    (the harness's truth), the same weights widened."""
     from tensorsmith.torch_import import import_torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
     with torch.device(device):      # built where it runs: no float32 copy of a large model in host memory
         module = make().to(getattr(torch, dtype)).eval()
-    imported = import_torch(module, (torch.zeros(ids_shape, dtype=torch.long, device=device),), name=name)
-    (ids,) = imported.arguments
+    example = example.to(device, getattr(torch, dtype) if example.is_floating_point() else example.dtype)
+    imported = import_torch(module, (example,), name=name)
+    (argument,) = imported.arguments
     probe = next(key for key, value in imported.bound.items() if value.is_floating_point())
     bound = {key: (value.int() if imported.graph.inputs[key].dtype == DType.INT32 else value).detach().to(device)
              for key, value in imported.bound.items()}
@@ -67,17 +78,19 @@ def hf_case(make: Callable[[], Any], ids_shape: tuple[int, ...], vocab: int, nam
         return module if dtype == "float32" else copy.deepcopy(module).float()
 
     def values(torch_module: Any, seed: int) -> dict[str, Any]:
-        generator = torch.Generator(device=device).manual_seed(seed)
-        drawn = torch.randint(0, vocab, ids_shape, generator=generator, device=device, dtype=torch.int32)
-        return {ids: drawn, **bound}
+        drawn = draw(torch.Generator(device=device).manual_seed(seed), device)
+        return {argument: drawn.to(example.dtype) if drawn.is_floating_point() else drawn, **bound}
+
+    def given(tensor: Any, dtype: Any) -> Any:   # ids as the model takes them; pixels in the weights' dtype
+        return tensor.to(dtype) if tensor.is_floating_point() else tensor.long()
 
     def reference(**tensors: Any) -> Any:
         model = widened() if tensors[probe].dtype == torch.float32 else module
-        return model(tensors[ids].long())
+        return model(given(tensors[argument], tensors[probe].dtype))
 
     def backend(torch_module: Any) -> Callable[..., Any]:
         """The module as `torch.compile(backend="tensorsmith")` makes it, called like the reference."""
         compiled = torch_module.compile(module, backend="tensorsmith")
-        return lambda **tensors: compiled(tensors[ids].long())
+        return lambda **tensors: compiled(given(tensors[argument], tensors[probe].dtype))
 
     return Case(imported.graph, reference, family, values=values, note=note, backend=backend)

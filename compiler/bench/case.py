@@ -16,7 +16,8 @@ from tensorsmith.ir.patterns import lookup_reads, match_gather
 from tensorsmith.search.verify import weight_scales
 
 SUITE_PACKAGE = "tensorsmith.suite"    # benchmarks/models/, installed with tensorsmith
-FAMILIES = ("memory-bound", "matmul", "fused", "algebra", "attention", "block", "imported", "model", "depth")
+FAMILIES = ("memory-bound", "matmul", "fused", "algebra", "attention", "block", "imported", "model", "depth",
+            "vision")
 
 
 class CaseError(TensorsmithError):
