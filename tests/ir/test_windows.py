@@ -45,6 +45,7 @@ def _conv(x: np.ndarray, w: np.ndarray, stride, padding, dilation, groups) -> np
     ((2, 5, 8, 8), (5, 1, 3, 3), (2, 2), (1, 1), (1, 1), 5),       # depthwise
     ((2, 3, 8, 12), (7, 3, 4, 4), (4, 4), (0, 0), (1, 1), 1),      # tiles the input: a patch embedding
     ((3, 2, 17), (4, 2, 5), (3,), (2,), (1,), 1),                  # one spatial axis
+    ((1, 2, 5, 6, 7), (3, 2, 2, 3, 2), (1, 2, 3), (1, 0, 1), (1, 1, 2), 1),   # three
 ])
 def test_a_convolution_is_the_sum_over_each_window(shape, weight, stride, padding, dilation, groups, rng) -> None:
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (shape, weight, weight[:1]))
@@ -90,3 +91,12 @@ def test_windows_that_cannot_be_made_are_one_clear_error() -> None:
         nn.adaptive_avg_pool(x, (3, 3))
     with pytest.raises(ShapeError, match="more than half the kernel"):
         nn.max_pool(x, 2, padding=2)
+
+
+def test_an_unbatched_input_is_convolved_as_a_batch_of_one(rng) -> None:
+    x, w = rng.standard_normal((3, 10, 9)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    g = ts.Graph("unbatched")
+    g.output("y", nn.conv(g.input("x", x.shape, "float32"), g.input("w", w.shape, "float32"), stride=2, padding=1))
+    got = ts.evaluate(g, {"x": x, "w": w})["y"]
+    np.testing.assert_allclose(got, _conv(x[None].astype(np.float64), w.astype(np.float64), (2, 2), (1, 1), (1, 1),
+                                          1)[0], rtol=1e-10, atol=1e-10)
