@@ -369,41 +369,36 @@ def _layer_norm(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     return nn.layer_norm(x, weight, bias, attrs.get("epsilon", 1e-5))
 
 
-def _windowed(context: _Context, x: Tensor, attrs: dict, kernel: Sequence[int]) -> tuple[Tensor, list[int]]:
-    """A Conv's or pooling's input with its `pads` applied where they are not the same on both sides, and the
-    padding left for the layer to apply on both sides (NOTSET and VALID auto_pad only)."""
-    dims = len(kernel)
+def _pads(context: _Context, attrs: dict, dims: int) -> list[tuple[int, int]]:
+    """A Conv's or pooling's (before, after) pads per axis (NOTSET and VALID auto_pad only)."""
     if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
         raise OnnxImportError(f"{context.node.op_type} node {context.node.name!r}: auto_pad"
                               f" {attrs['auto_pad']!r} is not supported; export with explicit pads")
     pads = list(attrs.get("pads", [0] * 2 * dims))
-    begin, end = pads[:dims], pads[dims:]
-    if begin == end:
-        return x, begin
-    return x.pad([(0, 0)] * (x.ndim - dims) + list(zip(begin, end))), [0] * dims
+    return list(zip(pads[:dims], pads[dims:]))
 
 
 def _conv(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     x, weight = context.tensor(inputs[0]), context.tensor(inputs[1])
     bias = context.tensor(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
-    kernel = list(attrs.get("kernel_shape", weight.shape[2:]))
-    x, padding = _windowed(context, x, attrs, kernel)
-    return nn.conv(x, weight, bias, attrs.get("strides", 1), padding, attrs.get("dilations", 1),
-                   attrs.get("group", 1))
+    pads = _pads(context, attrs, weight.ndim - 2)
+    if any(before != after for before, after in pads):   # zeros either way: padded first, then none
+        x, pads = x.pad([(0, 0), (0, 0)] + pads), [(0, 0)] * len(pads)
+    return nn.conv(x, weight, bias, attrs.get("strides", 1), [before for before, _ in pads],
+                   attrs.get("dilations", 1), attrs.get("group", 1))
 
 
 def _max_pool(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     kernel = list(attrs["kernel_shape"])
-    x, padding = _windowed(context, context.tensor(inputs[0]), attrs, kernel)
-    return nn.max_pool(x, kernel, attrs.get("strides", 1), padding, attrs.get("dilations", 1),
-                       bool(attrs.get("ceil_mode", 0)))
+    return nn.max_pool(context.tensor(inputs[0]), kernel, attrs.get("strides", 1),
+                       _pads(context, attrs, len(kernel)), attrs.get("dilations", 1), bool(attrs.get("ceil_mode", 0)))
 
 
 def _average_pool(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     kernel = list(attrs["kernel_shape"])
-    x, padding = _windowed(context, context.tensor(inputs[0]), attrs, kernel)
-    return nn.avg_pool(x, kernel, attrs.get("strides", 1), padding, bool(attrs.get("ceil_mode", 0)),
-                       bool(attrs.get("count_include_pad", 0)))
+    return nn.avg_pool(context.tensor(inputs[0]), kernel, attrs.get("strides", 1),
+                       _pads(context, attrs, len(kernel)), bool(attrs.get("ceil_mode", 0)),
+                       bool(attrs.get("count_include_pad", 0)), dilation=attrs.get("dilations", 1))
 
 
 def _batch_norm(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:

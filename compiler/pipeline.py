@@ -8,6 +8,7 @@ import logging
 import math
 import multiprocessing
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -33,7 +34,8 @@ from tensorsmith.search.exact import PRIME, ExactCheck, check_exact, evaluation_
 from tensorsmith.search.kernel_times import KERNEL_TIMES_FILE, KernelTimes
 from tensorsmith.search.partition import unfused
 from tensorsmith.search.verify import (Check, Draw, NoiseOnlyError, VerificationError, check_verifiable, compare,
-                                       example_digest, example_draw, reference_draw, tolerance, verify_program)
+                                       example_digest, example_draw, meets_tolerance, reference_draw,
+                                       verify_program)
 
 from .cache import ProgramCache, program_key
 from .executor import InProcess, InWorker, Profiler
@@ -208,7 +210,7 @@ def _search_layers(c: Compilation, layers: Layers, gpu: Profiler | None) -> None
         measured = _measure_on_gpu(c, gpu, on_checks=checks.extend)(program)
         whole["gpu check"] = time.monotonic() - began
     random = c.options.example_inputs is None   # (draw 0 is random, not the user's examples, which may hide a fault)
-    if not (random and checks and all(check.error <= tolerance(c.graph.outputs[check.output]) for check in checks)):
+    if not (random and meets_tolerance(c.graph, checks)):
         began = time.monotonic()   # in numpy, where no GPU ran it or its outputs are within rounding noise only
         checks = _random_test_stitched(c, program, chosen)
         whole["random test"] = time.monotonic() - began
@@ -233,15 +235,26 @@ BACKGROUND_SWITCH_S = 2e-4   # how long the search's thread keeps the interprete
                              # the search as alone (a narrow 16-layer Llama: 3.4 s against 0.8 s; 1.7 s at this)
 
 
+_switched = {"blocks": 0, "before": 0.0}   # the switch interval is the process's: compiles in threads share it
+_switched_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def _switching(interval_s: float) -> Iterator[None]:
-    """Python's thread switch interval set to `interval_s` for the block (it is the process's: restored after)."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(interval_s)
+    """Python's thread switch interval at `interval_s` while any compile is in such a block, restored when the
+    last one leaves."""
+    with _switched_lock:
+        if _switched["blocks"] == 0:
+            _switched["before"] = sys.getswitchinterval()
+            sys.setswitchinterval(interval_s)
+        _switched["blocks"] += 1
     try:
         yield
     finally:
-        sys.setswitchinterval(before)
+        with _switched_lock:
+            _switched["blocks"] -= 1
+            if _switched["blocks"] == 0:
+                sys.setswitchinterval(_switched["before"])
 
 
 def _reference_estimate(c: Compilation, layers: Layers, distinct: list[Piece], parts: list[Compilation]) -> float:

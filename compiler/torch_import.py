@@ -319,10 +319,24 @@ def _convolution(node: Any, x: Tensor, weight: Tensor, bias: Any, stride: Sequen
     return nn.conv(x, weight, bias if isinstance(bias, Tensor) else None, stride, padding, dilation, groups)
 
 
+def _pooled(node: Any, value: Any) -> Any:
+    """A pooling's size argument for each pooled axis: PyTorch lets one number (or a list of one) stand for all."""
+    axes = int(re.search(r"pool(\d)d", op_name(node.target)).group(1))
+    values = [value] if isinstance(value, int) else list(value)
+    return values * axes if len(values) == 1 else values
+
+
 def _max_pool(node: Any, x: Tensor, kernel: Sequence[int], stride: Sequence[int] = (), padding: Any = 0,
               dilation: Any = 1, ceil_mode: bool = False) -> tuple[Tensor, None]:
     """Its values; the indices it also returns have no lowering (None: an error where something reads them)."""
-    return nn.max_pool(x, list(kernel), list(stride) or None, padding, dilation, ceil_mode), None
+    return nn.max_pool(x, _pooled(node, kernel), _pooled(node, stride) or None, _pooled(node, padding),
+                       _pooled(node, dilation), ceil_mode), None
+
+
+def _avg_pool(node: Any, x: Tensor, kernel: Sequence[int], stride: Sequence[int] = (), padding: Any = 0,
+              ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> Tensor:
+    return nn.avg_pool(x, _pooled(node, kernel), _pooled(node, stride) or None, _pooled(node, padding), ceil_mode,
+                       count_include_pad, divisor_override)
 
 
 def _batch_norm(node: Any, x: Tensor, weight: Any, bias: Any, mean: Tensor, var: Tensor, momentum: float,
@@ -526,11 +540,10 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.convolution.default": _convolution, "aten.conv2d.default": lambda node, x, w, b=None, s=1, p=0, d=1, g=1:
         nn.conv(x, w, b, s, p, d, g), "aten.conv1d.default": lambda node, x, w, b=None, s=1, p=0, d=1, g=1:
         nn.conv(x, w, b, s, p, d, g),
-    "aten.max_pool2d_with_indices.default": _max_pool, "aten.max_pool1d_with_indices.default": _max_pool,
+    "aten.max_pool2d_with_indices.default": _max_pool, "aten.max_pool3d_with_indices.default": _max_pool,
+    "aten.max_pool1d_with_indices.default": _max_pool,
     "aten.max_pool2d.default": lambda node, *args: _max_pool(node, *args)[0],
-    "aten.avg_pool2d.default": lambda node, x, kernel, stride=(), padding=0, ceil_mode=False,
-    count_include_pad=True, divisor_override=None: nn.avg_pool(x, list(kernel), list(stride) or None, padding,
-                                                               ceil_mode, count_include_pad, divisor_override),
+    "aten.avg_pool2d.default": _avg_pool, "aten.avg_pool3d.default": _avg_pool, "aten.avg_pool1d.default": _avg_pool,
     "aten._adaptive_avg_pool2d.default": lambda node, x, size: nn.adaptive_avg_pool(x, list(size)),
     "aten.adaptive_avg_pool2d.default": lambda node, x, size: nn.adaptive_avg_pool(x, list(size)),
     "aten._native_batch_norm_legit_no_training.default": _batch_norm,

@@ -1,6 +1,7 @@
 """The reference interpreter: evaluates any Graph in numpy float64. It is the oracle for every test.
 
-Floats are float64 throughout (a cast between float dtypes does not round; `evaluate_nodes(rounded=True)`
+Floats are float64 throughout (inputs held narrower, a float16 weight, are widened where an op reads them; a cast
+between float dtypes does not round; `evaluate_nodes(rounded=True)`
 evaluates at the graph's own precision instead, and `registers=True` as a kernel computes: float32), int32 stays
 int32 and bool stays bool. `SEMANTICS` is the one definition of what each op means; a float op computes in the
 width of the floats it is given.
@@ -159,7 +160,9 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
     `rounded`, as `registers` but every float value an op computes is also rounded to its node's dtype, as memory
     of that dtype would hold it: the graph at its own precision, as a program of one kernel per op computes it
     (float32 sums and products accumulate their rounding as the GPU's do). `watch(node, value)` sees each value
-    computed as it is computed, and may raise to end the evaluation early.
+    computed as it is computed, and may raise to end the evaluation early. With `roots_only` and no `watch`, a leaf
+    held narrower than the evaluation computes (a float16 weight) is kept so and widened where an op reads it (a
+    large matrix operand a block at a time, `widening_matmul`): a real-size model's weights are not copied whole.
     """
     registers = registers or rounded
     width = np.dtype(np.float32 if registers else np.float64)
@@ -226,7 +229,13 @@ def _narrower(value: np.ndarray, width: np.dtype) -> bool:
 
 
 def _widened(value: np.ndarray, width: np.dtype) -> np.ndarray:
-    return value.astype(width) if _narrower(value, width) else value
+    """`value` at `width`; a broadcast (an axis of stride 0) is widened at its own size and broadcast again."""
+    if not _narrower(value, width):
+        return value
+    if 0 in value.strides and value.size:
+        compact = value[tuple(slice(0, 1) if step == 0 else slice(None) for step in value.strides)]
+        return np.broadcast_to(compact.astype(width), value.shape)
+    return value.astype(width)
 
 
 def _computed(node: Node, sources: list[np.ndarray], registers: bool) -> np.ndarray:

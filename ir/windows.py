@@ -13,6 +13,7 @@ from .errors import ShapeError
 from .tensor import Tensor, concat, constant, maximum, where
 
 Size = int | Sequence[int]
+Pads = int | Sequence[int] | Sequence[tuple[int, int]]   # one for all axes, one per axis, or (before, after) per axis
 
 
 def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Size = 1, padding: Size = 0,
@@ -31,7 +32,7 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Size = 1
                          f" {weight.shape}")
     stride, padding, dilation = (_per_axis(value, dims, name) for value, name in
                                  ((stride, "stride"), (padding, "padding"), (dilation, "dilation")))
-    out = _out_sizes(x.shape[2:], kernel, stride, padding, dilation)
+    out = _out_sizes(x.shape[2:], kernel, stride, [(p, p) for p in padding], dilation)
     windows = _windows(x.pad([(0, 0), (0, 0)] + [(p, p) for p in padding]), kernel, stride, dilation, out)
     per_group, taps = channels // groups, math.prod(kernel)
     if per_group == 1 and out_channels == groups:   # depthwise: each channel its own filter, no sum over channels
@@ -48,30 +49,32 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Size = 1
     return y if bias is None else y + bias.reshape((1, out_channels) + (1,) * dims)
 
 
-def max_pool(x: Tensor, kernel: Size, stride: Size | None = None, padding: Size = 0, dilation: Size = 1,
+def max_pool(x: Tensor, kernel: Size, stride: Size | None = None, padding: Pads = 0, dilation: Size = 1,
              ceil_mode: bool = False) -> Tensor:
-    """PyTorch's max_pool over the last len(kernel) axes (padding never wins: it is the dtype's lowest value)."""
-    kernel, stride, padding, dilation, out = _pooling(x, kernel, stride, padding, dilation, ceil_mode, "max_pool")
-    dims = len(kernel)
-    widths = [(0, 0)] * (x.ndim - dims) + [(p, p) for p in padding]
+    """PyTorch's max_pool over the last len(kernel) axes (an int kernel: the last axis). The padding is the
+    dtype's lowest finite value, so it never wins a window that holds an element (PyTorch's -inf, unless a window
+    is all padding); `padding` may give each axis its (before, after) pair, as ONNX does."""
+    kernel, stride, pads, dilation, out = _pooling(x, kernel, stride, padding, dilation, ceil_mode, "max_pool")
+    widths = [(0, 0)] * (x.ndim - len(kernel)) + pads
     inside = constant(1.0, x.shape, DType.FLOAT32).pad(widths) > 0.5
     padded = where(inside, x.pad(widths), constant(_lowest(x.dtype), (), x.dtype))
     return functools.reduce(maximum, _windows(padded, kernel, stride, dilation, out))
 
 
-def avg_pool(x: Tensor, kernel: Size, stride: Size | None = None, padding: Size = 0, ceil_mode: bool = False,
-             count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
-    """PyTorch's avg_pool over the last len(kernel) axes."""
-    kernel, stride, padding, _, out = _pooling(x, kernel, stride, padding, 1, ceil_mode, "avg_pool")
-    dims, ones = len(kernel), [1] * len(kernel)
-    widths = [(0, 0)] * (x.ndim - dims) + [(p, p) for p in padding]
-    total = _summed(_windows(x.pad(widths), kernel, stride, ones, out))
+def avg_pool(x: Tensor, kernel: Size, stride: Size | None = None, padding: Pads = 0, ceil_mode: bool = False,
+             count_include_pad: bool = True, divisor_override: int | None = None, dilation: Size = 1) -> Tensor:
+    """PyTorch's avg_pool over the last len(kernel) axes (an int kernel: the last axis); `padding` may give each
+    axis its (before, after) pair and `dilation` spread the window, as ONNX's AveragePool does."""
+    kernel, stride, pads, dilation, out = _pooling(x, kernel, stride, padding, dilation, ceil_mode, "avg_pool")
+    dims = len(kernel)
+    widths = [(0, 0)] * (x.ndim - dims) + pads
+    total = _summed(_windows(x.pad(widths), kernel, stride, dilation, out))
     if divisor_override:
         return total / float(divisor_override)
-    if count_include_pad or not any(padding):
+    if count_include_pad or not any(b or e for b, e in pads):
         return total / float(math.prod(kernel))
-    inside = constant(1.0, x.shape[x.ndim - dims:], x.dtype).pad(widths[x.ndim - dims:])
-    return total / _summed(_windows(inside, kernel, stride, ones, out, lead=0))
+    inside = constant(1.0, x.shape[x.ndim - dims:], x.dtype).pad(pads)
+    return total / _summed(_windows(inside, kernel, stride, dilation, out, lead=0))
 
 
 def adaptive_avg_pool(x: Tensor, output_size: Size) -> Tensor:
@@ -86,23 +89,34 @@ def adaptive_avg_pool(x: Tensor, output_size: Size) -> Tensor:
     return x.reshape(split).mean([lead + 2 * d + 1 for d in range(dims)])
 
 
-def _pooling(x: Tensor, kernel: Size, stride: Size | None, padding: Size, dilation: Size, ceil_mode: bool,
-             name: str) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
-    """A pooling's sizes per axis, and its output's; ceil mode only where it adds no window."""
+def _pooling(x: Tensor, kernel: Size, stride: Size | None, padding: Pads, dilation: Size, ceil_mode: bool,
+             name: str) -> tuple[list[int], list[int], list[tuple[int, int]], list[int], list[int]]:
+    """A pooling's sizes per axis, its (before, after) pads, and its output's sizes; ceil mode only where it adds
+    no window."""
     kernel = [kernel] if isinstance(kernel, int) else list(kernel)
     dims = len(kernel)
     if x.ndim < dims + 1:
         raise ShapeError(f"{name} over {dims} axes needs an input of at least {dims + 1}, got {x.shape}")
     stride = kernel if stride is None or (not isinstance(stride, int) and not list(stride)) else \
         _per_axis(stride, dims, "stride")
-    padding, dilation = _per_axis(padding, dims, "padding"), _per_axis(dilation, dims, "dilation")
-    if any(2 * p > k for p, k in zip(padding, kernel)):
+    pads, dilation = _pads(padding, dims), _per_axis(dilation, dims, "dilation")
+    if any(2 * max(pad) > k for pad, k in zip(pads, kernel)):
         raise ShapeError(f"{name}: padding {padding} is more than half the kernel {kernel}")
     spatial = x.shape[x.ndim - dims:]
-    out = _out_sizes(spatial, kernel, stride, padding, dilation)
-    if ceil_mode and out != _out_sizes(spatial, kernel, stride, padding, dilation, ceil=True):
+    out = _out_sizes(spatial, kernel, stride, pads, dilation)
+    if ceil_mode and out != _out_sizes(spatial, kernel, stride, pads, dilation, ceil=True):
         raise ShapeError(f"{name} with ceil_mode over {spatial}: a last, partial window is not supported")
-    return kernel, stride, padding, dilation, out
+    return kernel, stride, pads, dilation, out
+
+
+def _pads(padding: Pads, dims: int) -> list[tuple[int, int]]:
+    """Each axis's (before, after) padding: one number for all, one per axis, or a pair per axis."""
+    if not isinstance(padding, int) and all(isinstance(p, (tuple, list)) for p in padding):
+        pairs = [tuple(p) for p in padding]
+        if len(pairs) != dims or any(len(p) != 2 or min(p) < 0 for p in pairs):
+            raise ShapeError(f"padding {padding!r}: expected {dims} (before, after) pair(s)")
+        return pairs   # type: ignore[return-value]
+    return [(p, p) for p in _per_axis(padding, dims, "padding")]   # type: ignore[arg-type]
 
 
 def _per_axis(value: Size, dims: int, name: str) -> list[int]:
@@ -114,15 +128,16 @@ def _per_axis(value: Size, dims: int, name: str) -> list[int]:
     return values
 
 
-def _out_sizes(spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
-               dilation: Sequence[int], ceil: bool = False) -> list[int]:
+def _out_sizes(spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
+               pads: Sequence[tuple[int, int]], dilation: Sequence[int], ceil: bool = False) -> list[int]:
     out = []
-    for n, k, s, p, d in zip(spatial, kernel, stride, padding, dilation):
-        reach = n + 2 * p - d * (k - 1) - 1
+    for n, k, s, (before, after), d in zip(spatial, kernel, stride, pads, dilation):
+        reach = n + before + after - d * (k - 1) - 1
         if reach < 0 or s < 1:
-            raise ShapeError(f"a window of {k} (dilation {d}, stride {s}) does not fit an axis of {n} padded by {p}")
+            raise ShapeError(f"a window of {k} (dilation {d}, stride {s}) does not fit an axis of {n} padded by"
+                             f" {(before, after)}")
         size = (-(-reach // s) if ceil else reach // s) + 1
-        if ceil and (size - 1) * s >= n + p:   # PyTorch: the last window starts inside the input or its left pad
+        if ceil and (size - 1) * s >= n + before:   # PyTorch: the last window starts inside the input or its pad
             size -= 1
         out.append(size)
     return out
@@ -131,8 +146,8 @@ def _out_sizes(spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[i
 def _conv_shape(shape: Sequence[int], weight: Sequence[int], stride: Size, padding: Size,
                 dilation: Size) -> tuple[int, ...]:
     dims = len(weight) - 2
-    sizes = _out_sizes(shape[-dims:], weight[2:], _per_axis(stride, dims, "stride"),
-                       _per_axis(padding, dims, "padding"), _per_axis(dilation, dims, "dilation"))
+    sizes = _out_sizes(shape[-dims:], weight[2:], _per_axis(stride, dims, "stride"), _pads(padding, dims),
+                       _per_axis(dilation, dims, "dilation"))
     return (1, weight[0], *sizes)
 
 

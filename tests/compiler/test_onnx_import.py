@@ -267,3 +267,17 @@ def test_convolutions_batch_norm_and_pooling_match_the_reference() -> None:
     (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
     ours = program(x)
     assert ours.shape == expected.shape and _relative(ours, expected.astype(np.float64)) < 1e-5
+
+
+def test_pooling_with_pads_unequal_on_two_sides_matches_the_reference() -> None:
+    """A MaxPool's padding never wins, even over negative values, and an AveragePool (count_include_pad 0, dilated)
+    divides by the elements inside, when the pads differ before and after."""
+    nodes = [helper.make_node("MaxPool", ["x"], ["m"], kernel_shape=[3, 3], pads=[0, 0, 1, 1], strides=[2, 2]),
+             helper.make_node("AveragePool", ["x"], ["a"], kernel_shape=[2, 3], pads=[1, 0, 0, 1],
+                              dilations=[2, 1])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 7])],
+                   [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in "ma"], {})
+    program = from_onnx(model, **QUICK)
+    x = -np.abs(RNG.standard_normal((2, 3, 8, 7))).astype(np.float32) - 0.5       # every value below the padding's 0
+    for ours, expected in zip(program(x), ReferenceEvaluator(model).run(None, {"x": x})):
+        assert ours.shape == expected.shape and _relative(ours, expected.astype(np.float64)) < 1e-6

@@ -393,3 +393,15 @@ def test_a_vision_transformer_from_transformers_matches_eager() -> None:
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert _relative(program(x), module(x)) < 1e-5
+
+
+def test_pooling_sizes_given_once_stand_for_every_pooled_axis() -> None:
+    """F.max_pool2d(x, [3], [2], [1]) pools both axes, as PyTorch does; so do avg_pool2d([2]) and 3-D pooling."""
+    class Pools(torch.nn.Module):
+        def forward(self, x: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return (F.max_pool2d(x, [3], [2], [1]), F.avg_pool2d(x, [2]), F.max_pool3d(v, 2),
+                    F.avg_pool3d(v, 2, stride=1, padding=1, count_include_pad=False))
+    x, v = torch.randn(2, 3, 8, 8), torch.randn(1, 2, 4, 6, 6)
+    program = from_torch(Pools(), (x, v), profile=False, **QUICK)
+    for ours, theirs in zip(program(x, v), Pools()(x, v)):
+        assert ours.shape == theirs.shape and _relative(ours, theirs) < 1e-6

@@ -574,14 +574,20 @@ def test_leaves_held_narrow_give_what_leaves_widened_first_give(case: str, mode:
 
 
 @pytest.mark.parametrize("transposed", [False, True])
-def test_a_large_float16_weight_is_widened_a_block_at_a_time_not_whole(transposed: bool) -> None:
-    """The reference of x @ W (and of nn.linear's x @ W.T) with a 4096 x 4096 float16 W: the float64 product,
-    without a float64 copy of W (128 MiB; a real-size model's weights in float64 were most of its reference's
-    time)."""
+def test_a_large_float16_weight_is_widened_a_block_at_a_time_not_whole(transposed: bool, monkeypatch) -> None:
+    """The reference of x @ W (and of nn.linear's x @ W.T) with a 4096 x 4096 float16 W: the float64 product, W
+    widened a block of 1024 columns at a time into one reused buffer, never whole (128 MiB in float64; a real-size
+    model's weights widened whole were most of its reference's time)."""
     import tracemalloc
     from tensorsmith import nn
+    from tensorsmith.ir import interpreter
+    monkeypatch.setattr(interpreter, "WIDENED_BLOCK", 4096 * 1024)
+    blocks: list[tuple[int, ...]] = []
+    real_cast = interpreter.cast_into
+    monkeypatch.setattr(interpreter, "cast_into", lambda target, source: blocks.append(target.shape) or
+                        real_cast(target, source))
     g = ts.Graph("weight")
-    x, w = g.input("x", (16, 4096), "float32"), g.input("w", (4096, 4096), "float16")
+    x, w = g.input("x", (16, 4096), "float16"), g.input("w", (4096, 4096), "float16")
     g.output("y", nn.linear(x, w) if transposed else x @ w)
     inputs = random_inputs(g, seed=0)
     tracemalloc.start()
@@ -594,4 +600,5 @@ def test_a_large_float16_weight_is_widened_a_block_at_a_time_not_whole(transpose
     expected = inputs["x"].astype(np.float64) @ (weight.T if transposed else weight)
     assert y.dtype == np.float64
     np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
+    assert len(blocks) == 4                                   # 4096 columns, 1024 at a time
     assert peak < weight.nbytes / 2, f"{peak / 2**20:.0f} MiB held at once"

@@ -42,14 +42,19 @@ def test_16_bit_inputs_are_drawn_from_the_normal_at_their_scale(narrow: str) -> 
     assert not np.array_equal(inputs["x"][:, :256], inputs["w"][:256, :256])
 
 
-def test_drawing_many_arrays_at_once_gives_each_the_values_it_has_alone() -> None:
+def test_drawing_many_arrays_at_once_gives_each_the_values_its_own_generators_give() -> None:
+    """Chunk i of the array keyed k is drawn from a generator seeded (seed, k, i), whatever else is drawn with it
+    and on however many cores."""
     from functools import partial
-    from tensorsmith.ir.host_arrays import CHUNK, drawn, drawn_many
+    from tensorsmith.ir.host_arrays import CHUNK, drawn_many
     from tensorsmith.search.verify import _normal
     values = partial(_normal, factor=np.float32(0.5), dtype=DType.FLOAT16)
     requests = [((3, CHUNK // 2), 1, values, np.float16), ((7,), 2, values, np.float16), ((5, 5), 9, values, np.float16)]
-    for together, (shape, key, made, dtype) in zip(drawn_many(11, requests), requests):
-        np.testing.assert_array_equal(together, drawn(shape, 11, key, made, dtype))
+    for together, (shape, key, made, _) in zip(drawn_many(11, requests), requests):
+        size = int(np.prod(shape))
+        alone = np.concatenate([made(np.random.default_rng([11, key, i]), min(CHUNK, size - start))
+                                for i, start in enumerate(range(0, size, CHUNK))])
+        np.testing.assert_array_equal(together.reshape(-1), alone)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
