@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.dtypes import LARGEST_FINITE, DType
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor
@@ -59,9 +59,6 @@ class ImportedModel:
         while name in self.graph.inputs:
             name, count = f"{base}_{count}", count + 1
         return name
-
-
-LARGEST_FINITE = {DType.FLOAT32: 3.4028234663852886e38, DType.FLOAT16: 65504.0, DType.BFLOAT16: 3.3895313892515355e38}
 
 
 def finite(value: Any, dtype: DType) -> Any:

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from tensorsmith.ir import nn
-from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.dtypes import LARGEST_FINITE, DType
 from tensorsmith.ir.errors import located
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
-from .imported import LARGEST_FINITE, ImportedModel, ImportedProgram, ModelImportError, finite, identifier
+from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
 from .pipeline import compile as ts_compile
 
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from tensorsmith.ir import nn
-from tensorsmith.ir.dtypes import DType
+from tensorsmith.ir.dtypes import LARGEST_FINITE, DType
 from tensorsmith.ir.errors import TensorsmithError, located
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
-from .imported import LARGEST_FINITE, ImportedModel, ImportedProgram, ModelImportError, finite, identifier
+from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
 from .pipeline import compile as ts_compile
 
 
@@ -316,6 +316,11 @@ def _convolution(node: Any, x: Tensor, weight: Tensor, bias: Any, stride: Sequen
                  dilation: Sequence[int], transposed: bool, output_padding: Sequence[int], groups: int) -> Tensor:
     if transposed:
         raise TorchImportError("a transposed convolution (ConvTranspose) has no lowering yet")
+    return _conv(node, x, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv(node: Any, x: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding: Any = 0,
+          dilation: Any = 1, groups: int = 1) -> Tensor:
     return nn.conv(x, weight, bias if isinstance(bias, Tensor) else None, stride, padding, dilation, groups)
 
 
@@ -337,6 +342,10 @@ def _avg_pool(node: Any, x: Tensor, kernel: Sequence[int], stride: Sequence[int]
               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> Tensor:
     return nn.avg_pool(x, _pooled(node, kernel), _pooled(node, stride) or None, _pooled(node, padding), ceil_mode,
                        count_include_pad, divisor_override)
+
+
+def _adaptive_avg_pool(node: Any, x: Tensor, size: Sequence[int]) -> Tensor:
+    return nn.adaptive_avg_pool(x, list(size))
 
 
 def _batch_norm(node: Any, x: Tensor, weight: Any, bias: Any, mean: Tensor, var: Tensor, momentum: float,
@@ -537,15 +546,12 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.argmax.default": _arg(nn.argmax), "aten.argmin.default": _arg(nn.argmin),
     "aten.cumsum.default": lambda node, x, dim, dtype=None: nn.cumsum(x, dim),
     "aten.full_like.default": _full_like,
-    "aten.convolution.default": _convolution, "aten.conv2d.default": lambda node, x, w, b=None, s=1, p=0, d=1, g=1:
-        nn.conv(x, w, b, s, p, d, g), "aten.conv1d.default": lambda node, x, w, b=None, s=1, p=0, d=1, g=1:
-        nn.conv(x, w, b, s, p, d, g),
+    "aten.convolution.default": _convolution, "aten.conv2d.default": _conv, "aten.conv1d.default": _conv,
     "aten.max_pool2d_with_indices.default": _max_pool, "aten.max_pool3d_with_indices.default": _max_pool,
     "aten.max_pool1d_with_indices.default": _max_pool,
     "aten.max_pool2d.default": lambda node, *args: _max_pool(node, *args)[0],
     "aten.avg_pool2d.default": _avg_pool, "aten.avg_pool3d.default": _avg_pool, "aten.avg_pool1d.default": _avg_pool,
-    "aten._adaptive_avg_pool2d.default": lambda node, x, size: nn.adaptive_avg_pool(x, list(size)),
-    "aten.adaptive_avg_pool2d.default": lambda node, x, size: nn.adaptive_avg_pool(x, list(size)),
+    "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool, "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten._native_batch_norm_legit_no_training.default": _batch_norm,
 }
 IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten.sym_constrain_range.default"}

@@ -68,6 +68,9 @@ def promote(a: DType, b: DType) -> DType | None:
     return None
 
 
+LARGEST_FINITE = {DType.FLOAT32: 3.4028234663852886e38, DType.FLOAT16: 65504.0, DType.BFLOAT16: 3.3895313892515355e38}
+
+
 def numpy_dtype(dtype: DType) -> np.dtype:
     """The numpy dtype that holds this dtype on the host (bfloat16 travels as its raw uint16 bits)."""
     table: dict[DType, np.dtype] = {

@@ -43,12 +43,7 @@ def cast(values: np.ndarray, dtype: np.dtype | type) -> np.ndarray:
     contiguous = values.flags.c_contiguous
     source = values.reshape(-1) if contiguous else values
     out = np.empty(values.shape, dtype)
-    target = out.reshape(-1) if contiguous else out
-
-    def work(_: int, span: slice) -> None:
-        with np.errstate(over="ignore"):   # (per thread) a value past float16's range is inf, as the GPU stores it
-            target[span] = source[span]
-    _over_chunks(len(source), work, 1 if contiguous else values.size // len(values))
+    cast_into(out.reshape(-1) if contiguous else out, source)
     return out
 
 
@@ -60,7 +55,7 @@ def cast_into(target: np.ndarray, source: np.ndarray) -> np.ndarray:
         return target
 
     def work(_: int, span: slice) -> None:
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore"):   # (per thread) a value past float16's range is inf, as the GPU stores it
             target[span] = source[span]
     _over_chunks(len(target), work, target.size // len(target))
     return target

@@ -165,7 +165,7 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
     large matrix operand a block at a time, `widening_matmul`): a real-size model's weights are not copied whole.
     """
     registers = registers or rounded
-    width = np.dtype(np.float32 if registers else np.float64)
+    width = _width(registers)
     narrow = roots_only and watch is None   # leaves held as given, widened where read (the caller reads the roots)
     roots = list(roots)
     plan = evaluation_plan(roots, stream)
@@ -223,6 +223,11 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
     return values
 
 
+def _width(registers: bool) -> np.dtype:
+    """The float dtype an evaluation computes in: float32 as a kernel's registers, else float64."""
+    return np.dtype(np.float32 if registers else np.float64)
+
+
 def _narrower(value: np.ndarray, width: np.dtype) -> bool:
     """Whether `value` holds floats in fewer bytes than the evaluation computes in (a float16 weight)."""
     return value.dtype.kind == "f" and value.dtype.itemsize < width.itemsize
@@ -244,8 +249,7 @@ def _computed(node: Node, sources: list[np.ndarray], registers: bool) -> np.ndar
     if registers and node.op == Op.CONSTANT and node.dtype.is_float:
         return np.broadcast_to(np.float32(node.arg), node.shape)
     if node.op not in VIEWS:
-        width = np.dtype(np.float32 if registers else np.float64)
-        sources = [_widened(source, width) for source in sources]
+        sources = [_widened(source, _width(registers)) for source in sources]
     return np.asarray(SEMANTICS[node.op](node, *sources))
 
 
@@ -297,7 +301,7 @@ def _streamed(stream: Stream, values: dict[int, np.ndarray], registers: bool, ro
     evaluator = _Blocks(values, registers, rounded)
     out: np.ndarray | None = None
     for block in blocks(stream):
-        source = _widened(evaluator.value(reduction.srcs[0], block), np.dtype(np.float32 if registers else np.float64))
+        source = _widened(evaluator.value(reduction.srcs[0], block), _width(registers))
         reduced = np.asarray(SEMANTICS[reduction.op](reduction, source))
         if out is None:
             out = np.empty(reduction.shape, reduced.dtype)

@@ -8,7 +8,7 @@ import functools
 import math
 from collections.abc import Sequence
 
-from .dtypes import DType
+from .dtypes import LARGEST_FINITE, DType
 from .errors import ShapeError
 from .tensor import Tensor, concat, constant, maximum, where
 
@@ -24,22 +24,23 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Size = 1
         raise ShapeError(f"conv: a weight of shape {weight.shape} takes inputs of {dims + 1} or {dims + 2} axes,"
                          f" got {x.shape}")
     if x.ndim == dims + 1:
-        return conv(x.reshape((1,) + x.shape), weight, bias, stride, padding, dilation, groups).reshape(
-            _conv_shape(x.shape, weight.shape, stride, padding, dilation)[1:])
+        batched = conv(x.reshape((1,) + x.shape), weight, bias, stride, padding, dilation, groups)
+        return batched.reshape(batched.shape[1:])
     channels, out_channels, kernel = x.shape[1], weight.shape[0], weight.shape[2:]
     if channels != weight.shape[1] * groups or out_channels % groups:
         raise ShapeError(f"conv: {channels} input channels in {groups} group(s) do not fit a weight of shape"
                          f" {weight.shape}")
     stride, padding, dilation = (_per_axis(value, dims, name) for value, name in
                                  ((stride, "stride"), (padding, "padding"), (dilation, "dilation")))
-    out = _out_sizes(x.shape[2:], kernel, stride, [(p, p) for p in padding], dilation)
-    windows = _windows(x.pad([(0, 0), (0, 0)] + [(p, p) for p in padding]), kernel, stride, dilation, out)
+    pads = [(p, p) for p in padding]
+    out = _out_sizes(x.shape[2:], kernel, stride, pads, dilation)
     per_group, taps = channels // groups, math.prod(kernel)
     if per_group == 1 and out_channels == groups:   # depthwise: each channel its own filter, no sum over channels
+        windows = _windows(x.pad([(0, 0), (0, 0)] + pads), kernel, stride, dilation, out)
         taps_weights = weight.reshape(out_channels, taps)
         y = _summed(w * taps_weights[:, t].reshape((1, channels) + (1,) * dims) for t, w in enumerate(windows))
     else:   # the windows as columns (N, *out, C * taps), channel-major as the weight is: a product per group
-        columns = _columns(x, windows, kernel, stride, padding, dilation, out)
+        columns = _columns(x, kernel, stride, pads, dilation, out)
         flat = weight.reshape(out_channels, per_group * taps)
         step, width = out_channels // groups, per_group * taps
         parts = [columns[(slice(None),) * (dims + 1) + (slice(g * width, (g + 1) * width),)]
@@ -143,14 +144,6 @@ def _out_sizes(spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[i
     return out
 
 
-def _conv_shape(shape: Sequence[int], weight: Sequence[int], stride: Size, padding: Size,
-                dilation: Size) -> tuple[int, ...]:
-    dims = len(weight) - 2
-    sizes = _out_sizes(shape[-dims:], weight[2:], _per_axis(stride, dims, "stride"), _pads(padding, dims),
-                       _per_axis(dilation, dims, "dilation"))
-    return (1, weight[0], *sizes)
-
-
 def _windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out: Sequence[int],
              lead: int | None = None) -> list[Tensor]:
     """For each kernel offset (in row-major order), the strided view of `x` (already padded) it reads: x's leading
@@ -187,15 +180,17 @@ def _strided(x: Tensor, axis: int, start: int, step: int, count: int) -> Tensor:
     return picked.reshape(x.shape[:axis] + (count,) + x.shape[axis + 1:])
 
 
-def _columns(x: Tensor, windows: list[Tensor], kernel: Sequence[int], stride: Sequence[int],
-             padding: Sequence[int], dilation: Sequence[int], out: Sequence[int]) -> Tensor:
-    """The windows as (N, *out, C * taps), channel-major: a reshape and permute of x where they tile it."""
+def _columns(x: Tensor, kernel: Sequence[int], stride: Sequence[int], pads: list[tuple[int, int]],
+             dilation: Sequence[int], out: Sequence[int]) -> Tensor:
+    """x's windows as (N, *out, C * taps), channel-major: a reshape and permute of x where they tile it, else
+    gathered by slices from x padded."""
     n, c, dims = x.shape[0], x.shape[1], len(kernel)
-    if list(stride) == list(kernel) and not any(padding) and all(d == 1 for d in dilation) and \
+    if list(stride) == list(kernel) and not any(b or e for b, e in pads) and all(d == 1 for d in dilation) and \
             all(o * k == s for o, k, s in zip(out, kernel, x.shape[2:])):
         split = x.reshape((n, c) + tuple(v for o, k in zip(out, kernel) for v in (o, k)))
         order = (0,) + tuple(2 + 2 * d for d in range(dims)) + (1,) + tuple(3 + 2 * d for d in range(dims))
         return split.permute(order).reshape((n, *out, c * math.prod(kernel)))
+    windows = _windows(x.pad([(0, 0), (0, 0)] + pads), kernel, stride, dilation, out)
     stacked = concat([w.reshape(w.shape + (1,)) for w in windows], dims + 2)      # (N, C, *out, taps)
     order = (0,) + tuple(range(2, dims + 2)) + (1, dims + 2)
     return stacked.permute(order).reshape((n, *out, c * math.prod(kernel)))
@@ -206,4 +201,4 @@ def _summed(tensors) -> Tensor:
 
 
 def _lowest(dtype: DType) -> float:
-    return {DType.FLOAT16: -65504.0, DType.BFLOAT16: -3.3895313892515355e38}.get(dtype, -3.4028234663852886e38)
+    return -LARGEST_FINITE[dtype]

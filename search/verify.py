@@ -163,8 +163,8 @@ def random_inputs(graph: Graph, seed: int, scale: float = 1.0,
 
 def _normal(rng: np.random.Generator, n: int, factor: np.float32, dtype: DType) -> np.ndarray:
     """Normal values at scale `factor`, as `dtype` holds them: a float32 draw rounded once, or, for the 16-bit
-    dtypes, a draw among NORMAL_LEVELS equally likely values (a third of the time; a real-size model's weights are
-    billions of them)."""
+    dtypes, a draw among NORMAL_LEVELS equally likely values, in a third of the time (a real-size model's weights
+    are billions of them)."""
     if dtype in (DType.FLOAT16, DType.BFLOAT16):
         return np.take(_normal_levels(float(factor), dtype), rng.integers(0, NORMAL_LEVELS, n, dtype=np.uint16))
     values = rng.standard_normal(n, dtype=np.float32)

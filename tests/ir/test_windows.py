@@ -100,3 +100,13 @@ def test_an_unbatched_input_is_convolved_as_a_batch_of_one(rng) -> None:
     got = ts.evaluate(g, {"x": x, "w": w})["y"]
     np.testing.assert_allclose(got, _conv(x[None].astype(np.float64), w.astype(np.float64), (2, 2), (1, 1), (1, 1),
                                           1)[0], rtol=1e-10, atol=1e-10)
+
+
+def test_windows_that_tile_the_input_are_a_view_of_it_not_slices() -> None:
+    """A ViT's patch embedding (stride equal to the kernel, no padding) reads its input through one reshape and
+    permute: no slice or pad gathers its windows."""
+    from tensorsmith.ir import Op
+    g = ts.Graph("patches")
+    g.output("y", nn.conv(g.input("x", (2, 3, 16, 16), "float32"), g.input("w", (8, 3, 4, 4), "float32"), stride=4))
+    ops = {node.op for node in g.nodes()}
+    assert Op.SLICE not in ops and Op.PAD not in ops and Op.RESHAPE in ops and Op.PERMUTE in ops
