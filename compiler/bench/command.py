@@ -33,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the cases and exit (needs no GPU)")
     parser.add_argument("--baselines", default=",".join(DEFAULT_BASELINES),
                         help=f"comma-separated, of {', '.join(BASELINES)} (default {','.join(DEFAULT_BASELINES)})")
+    parser.add_argument("--no-backend", action="store_true",
+                        help='skip the model cases\' torch.compile(backend="tensorsmith") column (its compile is long)')
     parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                         help=f"tensorsmith's search budget per case (default {DEFAULT_BUDGET_S:g})")
     parser.add_argument("-o", "--output", metavar="BENCHMARKS.md",
@@ -98,7 +100,8 @@ def _run(torch: Any, cases: list[AnyCase], baselines: list[str], args: argparse.
          argv: list[str], cache_root: Path | None) -> int:
     started = time.perf_counter()
     _log("measuring the GPU's copy bandwidth and matmul rate ...")
-    harness = Harness(torch, baselines, args.budget, args.seed, args.commit or commit(), cache_root)
+    harness = Harness(torch, baselines, args.budget, args.seed, args.commit or commit(), cache_root,
+                      backend=not args.no_backend)
     meta = harness.meta("tensorsmith " + shlex.join(argv))
     _log(f"{meta['gpu']}: copy {meta['copy_tb_s']:.2f} TB/s, float16 matmul {meta['matmul_tflop_s']:.0f} TFLOP/s; "
          f"{len(cases)} cases, baselines {', '.join(baselines)}")

@@ -112,8 +112,9 @@ class Harness:
     """Runs cases one by one; holds the run's torch module, baselines and budget."""
 
     def __init__(self, torch: Any, baselines: list[str], budget_s: float, seed: int = 0, commit: str = "unknown",
-                 cache_root: Path | None = None):
+                 cache_root: Path | None = None, backend: bool = True):
         self.torch, self.baselines, self.budget_s, self.seed, self.commit = torch, baselines, budget_s, seed, commit
+        self.backend = backend            # whether model cases also run through torch.compile(backend="tensorsmith")
         self.cache_root = cache_root      # where each case gets a cache of its own, so that its compile is cold
         self.copy_rate = timing.copy_bytes_per_s(torch)
         self.matmul_rate = timing.matmul_flops_per_s(torch)
@@ -124,7 +125,8 @@ class Harness:
         return {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
                 "driver": _driver_version(), "torch": torch.__version__, "tensorsmith": VERSION,
                 "commit": self.commit, "copy_tb_s": self.copy_rate / 1e12, "matmul_tflop_s": self.matmul_rate / 1e12,
-                "budget_s": self.budget_s, "baselines": list(self.baselines), "seed": self.seed, "command": command}
+                "budget_s": self.budget_s, "baselines": list(self.baselines), "backend": self.backend, "seed": self.seed,
+                "command": command}
 
     def run(self, deferred: AnyCase) -> Row:
         """The case measured; whatever fails (even the reference, or building the case) is said on its row."""
@@ -165,7 +167,7 @@ class Harness:
             calls_sdpa = self._calls_sdpa(case, tensors)
             for name in self.baselines:
                 self._check_baseline(name, case, tensors, truth, limit, row, runs, calls_sdpa)
-            if case.backend is not None:
+            if case.backend is not None and self.backend:
                 self._check_backend(case, tensors, truth, limit, row, runs)
             if runs:
                 queued = {f"{name}{GPU_TIME}": run for name, run in runs.items() if name in self.baselines}
