@@ -3,13 +3,15 @@
 Shapes are issue 5's: 4096^3, and LLM shapes with M = 16, 128, 4096 and N, K from {4096, 11008}. Each
 output is checked against torch's (itself checked against a float64 reference) before its timing counts.
 
-    python benchmarks/matmul.py [--dtype float16|bfloat16] [--quick]   # ts.compile, as a user would
+    python benchmarks/matmul.py [--dtype float16|bfloat16|float32] [--quick]   # ts.compile, as a user would
     python benchmarks/matmul.py --sweep [--quick] [--wgmma | --defaults] [--m 128]   # under fixed schedules
 
 `--sweep` times the one matmul kernel directly under each schedule of SWEEP (what the search would
 choose between), so that a default can be picked from measurements; `--wgmma` keeps only its wgmma (TMA)
 schedules and the default, about a third of the time; `--defaults` only codegen's default for each shape.
-A schedule that fails to render, compile or run is reported on its row and the sweep goes on.
+A schedule that fails to render, compile or run is reported on its row and the sweep goes on. In float32 the
+kernel is 3xTF32 and the sweep takes SWEEP_F32; cuBLAS runs at PyTorch's default float32 precision ("highest":
+no TF32), as a float32 user's matmul does.
 """
 from __future__ import annotations
 
@@ -60,6 +62,17 @@ SWEEP = [dict(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4, split_k=1, 
          dict(bm=128, bn=192, bk=64, stages=5, warps_m=2, warps_n=4, split_k=4, wgmma=1),
          dict(bm=64, bn=64, bk=64, stages=12, warps_m=1, warps_n=4, split_k=1, wgmma=1),
          None]   # None: codegen's default for the shape
+# float32 (3xTF32, mma.sync only): K tiles of 32 floats, 128 bytes a row as the 16-bit schedules' 64
+SWEEP_F32 = [dict(bm=128, bn=128, bk=32, stages=3, warps_m=2, warps_n=4, split_k=1, wgmma=0),
+             dict(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4, split_k=1, wgmma=0),
+             dict(bm=128, bn=256, bk=32, stages=3, warps_m=2, warps_n=4, split_k=1, wgmma=0),
+             dict(bm=128, bn=128, bk=32, stages=4, warps_m=4, warps_n=2, split_k=1, wgmma=0),
+             dict(bm=64, bn=128, bk=32, stages=4, warps_m=2, warps_n=2, split_k=1, wgmma=0),
+             dict(bm=64, bn=128, bk=32, stages=4, warps_m=1, warps_n=4, split_k=2, wgmma=0),
+             dict(bm=64, bn=64, bk=32, stages=4, warps_m=2, warps_n=2, split_k=4, wgmma=0),
+             dict(bm=32, bn=64, bk=32, stages=4, warps_m=1, warps_n=4, split_k=4, wgmma=0),
+             dict(bm=128, bn=128, bk=64, stages=2, warps_m=2, warps_n=4, split_k=1, wgmma=0),
+             None]
 
 
 def matmul_graph(m: int, n: int, k: int, dtype: str) -> ts.Graph:
@@ -79,7 +92,7 @@ def sweep(m: int, n: int, k: int, dtype: str, a: torch.Tensor, b: torch.Tensor, 
     program = partition(matmul_graph(m, n, k, dtype))
     out = torch.empty((m, n), dtype=a.dtype, device="cuda")
     pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": out.data_ptr()}
-    for params in SWEEP:
+    for params in SWEEP_F32 if dtype == "float32" else SWEEP:
         if params is not None and (defaults_only or wgmma_only and not params["wgmma"]):
             continue
         try:
@@ -116,7 +129,7 @@ def _time_schedule(program: KernelProgram, params: dict[str, int] | None, pointe
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     parser.add_argument("--quick", action="store_true", help="only the first three shapes")
     parser.add_argument("--sweep", action="store_true", help="time the kernel under each schedule of SWEEP")
     parser.add_argument("--wgmma", action="store_true", help="sweep only SWEEP's wgmma schedules (and the default)")
@@ -124,6 +137,7 @@ def main() -> None:
     parser.add_argument("--m", type=int, default=None, help="only the shapes with this M")
     args = parser.parse_args()
     torch_dtype = getattr(torch, args.dtype)
+    torch.backends.cuda.matmul.allow_tf32 = False   # float32's cuBLAS as PyTorch runs it by default
     print(f"{args.dtype}: {'M x N x K':25s} {'tensorsmith':>12s} {'TFLOP/s':>7s} {'cuBLAS':>11s} {'TFLOP/s':>7s} "
           f"{'ratio':>6s}")
     for m, n, k in SHAPES[:3] if args.quick else SHAPES:

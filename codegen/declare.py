@@ -67,6 +67,7 @@ class KernelFacts:
     vectorisable: bool = False  # codegen can cache the row in registers (vec > 1) for this body
     preloaded: int = 0         # buffers a vec > 1 kernel would cache
     head_dims: tuple[int, int] = (0, 0)   # attention: the q.k and the v head dims
+    operand_bytes: int = 2     # matmul: an operand element's bytes in shared memory (float32's 3xTF32 takes 4)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ iteration space, where a' is constant along N and b' along M. Any subgraph may s
 operands (a transpose, a cast, an activation): it becomes the prologue of the tile loads. Whatever the
 output computes from the sum elementwise (bias, activation, residual) becomes the epilogue.
 
-Three templates: mma.sync fed by cp.async (matmul.cu.j2) takes any operands; with a wgmma schedule, operands
-that are plain fp16/bf16 buffers are copied by TMA into Hopper's warpgroup MMA (matmul_tma.cu.j2), or by
+Three templates: mma.sync fed by cp.async (matmul.cu.j2) takes any operands, float32 ones as 3xTF32 (each
+operand split into two TF32 values, three products on the tensor cores: about float32's accuracy); with a wgmma
+schedule, operands that are plain fp16/bf16 buffers are copied by TMA into Hopper's warpgroup MMA (matmul_tma.cu.j2), or by
 cp.async where TMA cannot address them by tile coordinates (matmul_wgmma.cu.j2).
 """
 from __future__ import annotations
@@ -23,13 +24,14 @@ from tensorsmith.ir.targets import TARGETS
 
 from .emit import Emitter, NotFusable, delinearize, linear_index, pair_store
 from .declare import PYTHON
-from .spaces import (MATMUL, SM_COUNT, WGMMA_ALIGN, matmul_shared_bytes, split_partial_bytes,
-                     wgmma_shared_bytes)
+from .spaces import (MATMUL, MMA_BYTES, SM_COUNT, VECTOR_BYTES, WGMMA_ALIGN, matmul_pad, matmul_shared_bytes,
+                     split_partial_bytes, wgmma_shared_bytes)
 from .tensor_map import TensorMapSpec
 
 MMA_TYPES = {DType.FLOAT16: ("__half", "__float2half_rn"), DType.BFLOAT16: ("__nv_bfloat16", "__float2bfloat16_rn")}
+# the matmul's tile element types: the 16-bit ones, and float32 kept as it is in shared memory (3xTF32)
+MATMUL_TYPES = {**MMA_TYPES, DType.FLOAT32: ("float", "")}
 MIN_DIM = 16   # one tensor-core fragment; smaller products stay on the CUDA cores
-CHUNK = 8      # fp16/bf16 elements in one 16-byte copy
 WGMMA_ARCH = "sm_90a"   # wgmma needs the architecture-specific target
 WGMMA_BK = 64           # K elements per tile: one 128-byte swizzled row
 WGMMA_BLOCK_BYTES = 64 * 128   # one 64 x 64 block of 16-bit elements
@@ -42,16 +44,22 @@ SHARED_LIMIT = TARGETS["sm90"].shared_bytes_per_block   # dynamic shared memory 
 
 
 def shared_bytes(bm: int, bn: int, bk: int, stages: int, a_major: str = "k", b_major: str = "n",
-                 split_k: int = 1) -> int:
+                 split_k: int = 1, operand_bytes: int = MMA_BYTES) -> int:
     """matmul.cu.j2's dynamic shared memory for these operand layouts (spaces.matmul_shared_bytes)."""
-    return int(matmul_shared_bytes(PYTHON, bm, bn, bk, stages, a_major, b_major, split_k))
+    return int(matmul_shared_bytes(PYTHON, bm, bn, bk, stages, a_major, b_major, split_k, operand_bytes))
+
+
+def chunk(dtype: DType) -> int:
+    """Elements of `dtype` in one 16-byte copy."""
+    return VECTOR_BYTES // dtype.itemsize
 
 
 def tensor_core_match(node: Node) -> MatmulMatch | None:
-    """A matmul that the tensor cores can take: fp16 or bf16 operands of one dtype, every dimension >= 16 (a lookup
-    written as a one-hot product is no matmul: it reads one row)."""
+    """A matmul that the tensor cores can take: fp16, bf16 or float32 operands of one dtype, every dimension >= 16
+    (a lookup written as a one-hot product is no matmul: it reads one row)."""
     match = match_matmul(node)
-    if match is None or match_gather(node) is not None or match.lhs.dtype != match.rhs.dtype or match.lhs.dtype not in MMA_TYPES:
+    if (match is None or match_gather(node) is not None or match.lhs.dtype != match.rhs.dtype
+            or match.lhs.dtype not in MATMUL_TYPES):
         return None
     return match if min(match.dims) >= MIN_DIM else None
 
@@ -65,13 +73,18 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     match: MatmulMatch = plan["match"]
     m, n, k = match.dims
     bm, bn, bk, stages, split_k = (schedule[p] for p in ("bm", "bn", "bk", "stages", "split_k"))
-    mma_type, to_mma = MMA_TYPES[match.lhs.dtype]
+    mma_type, to_mma = MATMUL_TYPES[match.lhs.dtype]
+    operand_bytes, tf32x3 = match.lhs.dtype.itemsize, match.lhs.dtype == DType.FLOAT32
     a_layout, b_layout = ("k" if a_major == "kk" else "m"), ("n" if b_major == "n" else "k")
     copies = " and ".join(name for name, copy in (("A", copy_a), ("B", copy_b)) if copy) or "neither operand"
+    products = ("3xTF32: mma.sync m16n8k8 three times per product, float -> float" if tf32x3
+                else f"mma.sync m16n8k16, {mma_type} -> float")
     context = {
         "coords": coords, "batches": math.prod(match.batch_shape), "m": m, "n": n, "kdim": k,
         "bm": bm, "bn": bn, "bk": bk, "stages": stages, "split_k": split_k,
         "warps_m": schedule["warps_m"], "warps_n": schedule["warps_n"], "mma_type": mma_type, "to_mma": to_mma,
+        "tf32x3": tf32x3, "operand_bytes": operand_bytes, "pad_a": matmul_pad(operand_bytes, a_layout == "k"),
+        "pad_b": matmul_pad(operand_bytes, b_layout == "k"),
         "load_a": "\n".join(load_a), "value_a": value_a, "load_b": "\n".join(load_b), "value_b": value_b,
         "a_major": a_layout, "b_major": b_layout, "copy_a": copy_a, "copy_b": copy_b,
         "computed_a": plan["computed_a"], "computed_b": plan["computed_b"],
@@ -80,9 +93,9 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         "wide_store": plan["pair_store"] is not None and n % 8 == 0,
         "block": (32 * schedule["warps_m"] * schedule["warps_n"], 1, 1),
         "grid": (-(-n // bn), -(-m // bm), math.prod(match.batch_shape) * split_k),
-        "shared_bytes": shared_bytes(bm, bn, bk, stages, a_layout, b_layout, split_k),
+        "shared_bytes": shared_bytes(bm, bn, bk, stages, a_layout, b_layout, split_k, operand_bytes),
         **({"cluster": (1, 1, split_k)} if split_k > 1 else {}),
-        "strategy": (f"{bm}x{bn} tiles on tensor cores (mma.sync m16n8k16, {mma_type} -> float), K in steps of "
+        "strategy": (f"{bm}x{bn} tiles on tensor cores ({products}), K in steps of "
                      f"{bk} through a {stages}-stage cp.async pipeline ({copies} copied asynchronously)"
                      + (f", K split between the {split_k} blocks of a cluster" if split_k > 1 else "")),
     }
@@ -90,7 +103,7 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         broken = MATMUL.violation(schedule)
         if broken is not None:
             raise ValueError(f"{schedule} is not a matmul schedule: it breaks the rule '{broken}'")
-        if _both_copied(plan):   # else mma.sync under the same tile (see takes_wgmma)
+        if _takes_wgmma(plan):   # else mma.sync under the same tile (see takes_wgmma)
             wgmma = {**context, **_wgmma(context)}
             tma = _tma(wgmma, batch_names=[name for name, _ in coords])
             if tma or split_k == 1:   # the cp.async wgmma template does not split K: mma.sync does
@@ -99,23 +112,24 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         # mma.sync under a wgmma schedule: its padded tiles may not fit as deep a ring as wgmma's unpadded ones
         while context["stages"] > 2 and context["shared_bytes"] > SHARED_LIMIT:
             deep, fewer = context["stages"], context["stages"] - 1
-            context.update(stages=fewer, shared_bytes=shared_bytes(bm, bn, bk, fewer, a_layout, b_layout, split_k),
+            context.update(stages=fewer, shared_bytes=shared_bytes(bm, bn, bk, fewer, a_layout, b_layout, split_k,
+                                                                   operand_bytes),
                            strategy=context["strategy"].replace(f"a {deep}-stage", f"a {fewer}-stage"))
     return context
 
 
 def takes_wgmma(kernel: Kernel, shapes: dict) -> bool:
-    """Whether a wgmma schedule renders `kernel` with wgmma: both operands plain 16-byte copies of buffers.
+    """Whether a wgmma schedule renders `kernel` with wgmma: both operands plain 16-byte copies of 16-bit buffers.
 
     A schedule with wgmma=1 for operands that are not (a prologue to compute, a contiguous axis not in whole
-    16-byte chunks) is not an error: the kernel falls back to mma.sync under the same tile (every valid wgmma
+    16-byte chunks, float32) is not an error: the kernel falls back to mma.sync under the same tile (every valid wgmma
     schedule is a valid mma.sync one), so search needs no operand facts to stay sound.
     """
-    return _both_copied(_matmul_plan(kernel.name, kernel.outputs, tuple(sorted(shapes.items()))))
+    return _takes_wgmma(_matmul_plan(kernel.name, kernel.outputs, tuple(sorted(shapes.items()))))
 
 
-def _both_copied(plan: dict) -> bool:
-    return plan["copy_a"] is not None and plan["copy_b"] is not None
+def _takes_wgmma(plan: dict) -> bool:
+    return plan["copy_a"] is not None and plan["copy_b"] is not None and plan["match"].lhs.dtype in MMA_TYPES
 
 
 def _wgmma(context: dict) -> dict:
@@ -199,9 +213,9 @@ def _matmul_plan(kernel_name: str, outputs: tuple, shapes_key: tuple) -> dict:
     load_b, value_b, b_major, copy_b = _operand(shapes, match.rhs, batch + ("0", "kk", "n"), ("n", "kk"))
     computed = {"computed_a": not _plain_load(load_a), "computed_b": not _plain_load(load_b)}
     m, n, k = match.dims
-    fast = {"kk": k, "m": m, "n": n}
-    copy_a = copy_a if fast[a_major] % CHUNK == 0 else None   # whole 16-byte chunks, in or out of the matrix
-    copy_b = copy_b if fast[b_major] % CHUNK == 0 else None
+    fast, elements = {"kk": k, "m": m, "n": n}, chunk(match.lhs.dtype)
+    copy_a = copy_a if fast[a_major] % elements == 0 else None   # whole 16-byte chunks, in or out of the matrix
+    copy_b = copy_b if fast[b_major] % elements == 0 else None
     epilogue = Emitter(shapes, indent=5)
     epilogue.reduced[id(match.reduce)] = (batch + ("m", "n"), "acc_value")
     epilogue.store(name, out.dtype, batch + ("m", "n"), epilogue.value(out, batch + ("m", "n")))
@@ -245,6 +259,6 @@ def _operand(shapes: dict, node: Node, index: tuple[str, ...],
         shape = shapes[leaf.arg]
         while len(shape) > 1 and shape[-1] == 1 and where[-1] == "0":   # a matrix kept with a trailing unit axis
             shape, where = shape[:-1], where[:-1]
-        if where[-1] == major and shape[-1] % CHUNK == 0:
+        if where[-1] == major and shape[-1] % chunk(node.dtype) == 0:
             copy = {"buffer": leaf.arg, "offset": linear_index(where, shape), "where": where, "shape": shape}
     return emitter.lines, value, major, copy

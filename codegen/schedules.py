@@ -10,7 +10,7 @@ from .attention import attention_body, kernel_attention
 from .matmul import takes_wgmma, tensor_core_match
 from .pointwise import pointwise_vector_width
 from .row_reduce import vector_width
-from .spaces import HOPPER, MATMUL, SM_COUNT, WGMMA_ALIGN, wgmma_shared_bytes
+from .spaces import HOPPER, MATMUL, SM_COUNT, TF32_BK, WGMMA_ALIGN, wgmma_shared_bytes
 
 BUSY_BLOCKS = 128          # blocks that keep every SM of an H100/H200 busy
 DEEP_RING_BYTES = 192 * 1024   # a one-wave TMA matmul's ring: the deepest that fits in this much shared memory
@@ -56,7 +56,7 @@ def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: 
     tile_m = 128 if rows > 128 else 64 if rows > 32 else 32   # 128 rows: two tiles, so K splits in two, not four
     tile_n = 128 if cols >= 128 else 64
     tiles = -(-rows // tile_m) * -(-cols // tile_n) * batches
-    bk, split_k = 64, 1
+    bk, split_k = (TF32_BK if match.lhs.dtype.itemsize == 4 else 64), 1
     while (hopper and split_k < 8 and tiles * split_k < BUSY_BLOCKS   # a split needs a cluster: Hopper
            and depth // (bk * split_k * 2) >= MIN_TILES_PER_SPLIT
            and (rows > 128 or split_k < 2 or tiles * split_k < BUSY_BLOCKS // 4)):

@@ -22,11 +22,16 @@ WARP = 32
 MAX_ACCUMULATORS = 128     # fp32 accumulator registers per thread; past this the tile spills
 BASE_REGISTERS = 32        # what a kernel needs before any row is cached in registers
 STATIC_SHARED_BYTES = 48 * 1024   # a block's statically declared __shared__ arrays may not exceed 48 KiB
-MMA_BYTES = 2              # tensor-core operands are fp16 or bf16
+MMA_BYTES = 2              # 16-bit tensor-core operands (fp16, bf16); a float32 matmul's tiles hold 4-byte ones
 WGMMA_ALIGN = 1024         # the 128-byte swizzle repeats every 1024 bytes: a TMA ring's stages start on such a boundary
 
 # matmul.cu.j2
 MATMUL_PAD = 8             # elements added to each shared tile row (the template's PAD): ldmatrix rows in distinct banks
+# float32 tiles (3xTF32): a row along K gets 4 floats (a fragment's eight rows x four K columns in distinct banks), a
+# row along M or N gets 8 (its four K rows x eight columns); both keep rows 16-byte aligned for cp.async
+TF32_PAD_ALONG_K, TF32_PAD_ACROSS_K = 4, 8
+TF32X3_WORK = 6            # a 3xTF32 product's tensor-core work in 16-bit products': three MMAs, each at half the rate
+TF32_BK = 32               # a float32 K tile: 128 bytes a row, as a 16-bit tile's 64
 PARTIAL_PAD = 4            # floats added to each row of a split block's partial sums
 
 # attention.cu.j2 and attention_tma.cu.j2
@@ -42,19 +47,28 @@ TMA_STAGES = (3, 2)        # K and V tiles in flight: the most that fit (a step 
 # ---------------------------------------------------------------------------------------------------------------
 # Resource formulas: over integers for codegen and the cost model, over Z3 terms for the rules' encoding.
 
+def matmul_pad(operand_bytes: int, along_k: bool) -> int:
+    """Elements matmul.cu.j2 adds to a shared tile row: a row along K (`along_k`) or along M or N."""
+    if operand_bytes == MMA_BYTES:
+        return MATMUL_PAD
+    return TF32_PAD_ALONG_K if along_k else TF32_PAD_ACROSS_K
+
+
 def matmul_shared_bytes(logic: Logic, bm: Any, bn: Any, bk: Any, stages: Any, a_major: str = "k",
-                        b_major: str = "n", split_k: Any = 1) -> Any:
+                        b_major: str = "n", split_k: Any = 1, operand_bytes: int = MMA_BYTES) -> Any:
     """matmul.cu.j2's dynamic shared memory: `stages` x (A tile + B tile), rows padded as the template pads them;
     with split K at least the block's fp32 partial sums, which reuse the pipeline's memory."""
-    a_tile = bm * (bk + MATMUL_PAD) if a_major == "k" else bk * (bm + MATMUL_PAD)
-    b_tile = bk * (bn + MATMUL_PAD) if b_major == "n" else bn * (bk + MATMUL_PAD)
-    pipeline = MMA_BYTES * stages * (a_tile + b_tile)
+    along, across = matmul_pad(operand_bytes, True), matmul_pad(operand_bytes, False)
+    a_tile = bm * (bk + along) if a_major == "k" else bk * (bm + across)
+    b_tile = bk * (bn + across) if b_major == "n" else bn * (bk + along)
+    pipeline = operand_bytes * stages * (a_tile + b_tile)
     return logic.If(split_k == 1, pipeline, logic.max(pipeline, split_partial_bytes(bm, bn)))
 
 
-def matmul_padded_bound(bm: Any, bn: Any, bk: Any, stages: Any) -> Any:
-    """`matmul_shared_bytes`' pipeline bounded over both layouts of each operand (a rule needs no operand facts)."""
-    return MMA_BYTES * stages * ((bm + MATMUL_PAD) * (bk + MATMUL_PAD) + (bk + MATMUL_PAD) * (bn + MATMUL_PAD))
+def matmul_padded_bound(bm: Any, bn: Any, bk: Any, stages: Any, operand_bytes: Any = MMA_BYTES) -> Any:
+    """`matmul_shared_bytes`' pipeline bounded over both layouts of each operand (a rule needs no layout facts)."""
+    pad = max(MATMUL_PAD, TF32_PAD_ACROSS_K)
+    return operand_bytes * stages * ((bm + pad) * (bk + pad) + (bk + pad) * (bn + pad))
 
 
 def split_partial_bytes(bm: Any, bn: Any) -> Any:
@@ -159,7 +173,8 @@ MATMUL = Archetype("matmul", {"bm": (32, 64, 128), "bn": (64, 128, 256), "bk": (
     # mma.sync's padded tiles; wgmma's are unpadded (where wgmma falls back to mma.sync, codegen renders as many of
     # the stages as fit)
     Rule("dynamic shared memory", lambda p: p.logic.If(p.wgmma == 1, wgmma_shared_bytes(p.bm, p.bn, p.bk, p.stages),
-                                                       matmul_padded_bound(p.bm, p.bn, p.bk, p.stages))
+                                                       matmul_padded_bound(p.bm, p.bn, p.bk, p.stages,
+                                                                           p.kernel.operand_bytes))
          <= p.gpu.shared_bytes_per_block, launch=True),
     Rule("accumulators per thread", lambda p: p.logic.div(p.bm * p.bn, matmul_threads(p)) <= MAX_ACCUMULATORS),
     Rule("split-K partial sums fit in shared memory",
@@ -172,6 +187,8 @@ MATMUL = Archetype("matmul", {"bm": (32, 64, 128), "bn": (64, 128, 256), "bk": (
          lambda p: p.logic.Implies(p.wgmma == 1, p.logic.And(p.bk == 64, p.warps_n == 4, p.bm == 64 * p.warps_m,
                                                              p.stages >= 3))),
     Rule("wgmma only on Hopper (sm_90a)", lambda p: p.logic.Or(p.wgmma == 0, p.gpu.arch == HOPPER), launch=True),
+    Rule("wgmma only for 16-bit operands (float32 runs as 3xTF32 on mma.sync)",
+         lambda p: p.logic.Or(p.wgmma == 0, p.kernel.operand_bytes == MMA_BYTES), launch=True),
     Rule("K split across a thread-block cluster only on Hopper (sm_90)",
          lambda p: p.logic.Or(p.split_k == 1, p.gpu.arch == HOPPER), launch=True),
 ))

@@ -12,7 +12,9 @@ folder, a disk that is full) only costs the time it would have saved: the compil
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -27,14 +29,30 @@ from tensorsmith.ir.knobs import cache_root
 from .program import MANIFEST, Program, load
 
 log = logging.getLogger(__name__)
+PACKAGES = ("tensorsmith", "tensorsmith.ir", "tensorsmith.rewrites", "tensorsmith.codegen", "tensorsmith.search")
 _warned: set[tuple[str, str]] = set()   # (read or write, cache folder) failures reported (once a process)
 
 
 def program_key(graph: Graph, target: str, options: dict, version: str) -> str:
-    """The cache key: the graph's structure, the target, the options that change the result, the compiler."""
+    """The cache key: the graph's structure, the target, the options that change the result, the compiler (its
+    version and its own code: a compiler that changed, even under the same version, compiles again)."""
     text = json.dumps({"graph": graph.structural_hash(), "target": target, "options": options,
-                       "version": version}, sort_keys=True)
+                       "version": version, "code": compiler_digest()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@functools.cache
+def compiler_digest() -> str:
+    """A digest of tensorsmith's own Python modules and kernel templates, read once a process."""
+    digest = hashlib.sha256()
+    for package in PACKAGES:
+        spec = importlib.util.find_spec(package)
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            for path in sorted(Path(folder).rglob("*")):
+                if path.suffix in (".py", ".j2") and "__pycache__" not in path.parts:
+                    digest.update(f"{package}/{path.relative_to(folder)}".encode())
+                    digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 class ProgramCache:

@@ -28,7 +28,7 @@ from tensorsmith.codegen.matmul import WGMMA_ARCH, matmul_body, tensor_core_matc
 from tensorsmith.codegen.row_reduce import row_plan
 from tensorsmith.codegen.schedules import default_schedule
 from tensorsmith.codegen.declare import PYTHON
-from tensorsmith.codegen.spaces import (BASE_REGISTERS, MMA_BYTES, VECTOR_BYTES, WARP, row_registers,
+from tensorsmith.codegen.spaces import (BASE_REGISTERS, MMA_BYTES, TF32X3_WORK, VECTOR_BYTES, WARP, row_registers,
                                         row_scratch_bytes)
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, Schedule
 from tensorsmith.ir.node import Node, toposort
@@ -234,7 +234,7 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
         computed = ((params["bm"] * bk if launch["computed_a"] and not launch["copy_a"] else 0)
                     + (bk * params["bn"] if launch["computed_b"] and not launch["copy_b"] else 0))
         return Geometry(launch["tiles"] if persistent else math.prod(launch["grid"]), threads, launch["shared_bytes"],
-                        MMA_BYTES, max(1, tile_loads), -(-launch["kdim"] // bk),
+                        launch["operand_bytes"], max(1, tile_loads), -(-launch["kdim"] // bk),
                         "wgmma" if launch.get("arch") == WGMMA_ARCH else "mma",
                         slots=launch["grid"][0] if persistent else 0, ring=launch["stages"],
                         computed_per_step=-(-computed // threads))
@@ -371,23 +371,24 @@ def _work(kernel: Kernel, vec: int) -> Work:
 
 
 def _matmul_work(kernel: Kernel, schedule: Schedule, read_bytes: float) -> tuple[Work, float]:
-    """Tensor-core FLOPs of whole tiles, and the operand tiles that every block re-reads from the caches."""
-    m, n, k, batches = _matmul_dims(kernel.outputs)
+    """Tensor-core FLOPs of whole tiles (in 16-bit products': a float32 one is 3xTF32's work), and the operand
+    tiles that every block re-reads from the caches."""
+    m, n, k, batches, itemsize = _matmul_dims(kernel.outputs)
     bm, bn = schedule["bm"], schedule["bn"]
-    itemsize = MMA_BYTES
     rereads = batches * k * (m * (-(-n // bn)) + n * (-(-m // bm))) * itemsize
     cache = max(0.0, rereads - read_bytes)
     padded_m, padded_n = -(-m // bm) * bm, -(-n // bn) * bn   # the tensor cores compute whole tiles
-    return Work(2.0 * batches * padded_m * padded_n * k, (), 1, 0), cache
+    work = 1 if itemsize == MMA_BYTES else TF32X3_WORK
+    return Work(2.0 * batches * padded_m * padded_n * k * work, (), 1, 0), cache
 
 
 @lru_cache(maxsize=1024)
-def _matmul_dims(outputs: tuple) -> tuple[int, int, int, int]:
-    """(M, N, K, batches) of the kernel's tensor-core matmul."""
+def _matmul_dims(outputs: tuple) -> tuple[int, int, int, int, int]:
+    """(M, N, K, batches, operand bytes) of the kernel's tensor-core matmul."""
     body = toposort([node for _, node in outputs])
     match = next(found for n in body if n.op == Op.SUM and (found := tensor_core_match(n)) is not None)
     m, n, k = match.dims
-    return m, n, k, max(1, math.prod(match.batch_shape))
+    return m, n, k, max(1, math.prod(match.batch_shape)), match.lhs.dtype.itemsize
 
 
 ATTENTION_SCORE_FLOPS = 24     # per score: the score function, max, exp2 (at TRANSCENDENTAL_FLOPS), sum, rescale

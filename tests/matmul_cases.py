@@ -73,6 +73,11 @@ MATMUL_CASES: dict[str, Callable[[], ts.Graph]] = {
     "batched": _batched,
     "row_sliced": _row_sliced,
     "shared_weight": _shared_weight,
+    # float32 as 3xTF32: 4-float copies, ragged tiles, every operand layout, and K in no whole copy (the prologue)
+    "float32_ragged": lambda: _product("f32_ragged", 100, 72, 40, "float32"),
+    "float32_b_transposed": lambda: _product("f32_b_t", 128, 256, 128, "float32", b_t=True),
+    "float32_both_transposed": lambda: _product("f32_t", 77, 200, 136, "float32", a_t=True, b_t=True),
+    "float32_k_odd": lambda: _product("f32_k_odd", 48, 40, 37, "float32"),
 }
 
 def _batched_many_tiles() -> ts.Graph:

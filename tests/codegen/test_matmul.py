@@ -24,7 +24,9 @@ from tensorsmith.search.partition import partition
 def test_every_case_compiles_at_the_default_schedule(case: str) -> None:
     _, kernel = matmul_program(MATMUL_CASES[case](), None)
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))
-    instruction = "wgmma.mma_async" if kernel.arch == "sm_90a" else "mma.sync.aligned.m16n8k16"
+    instruction = ("wgmma.mma_async" if kernel.arch == "sm_90a" else
+                   "mma.sync.aligned.m16n8k8.row.col.f32.tf32" if case.startswith("float32") else
+                   "mma.sync.aligned.m16n8k16")
     assert instruction in kernel.source and kernel.shared_bytes > 0
 
 

@@ -8,6 +8,7 @@ import pytest
 
 import tensorsmith as ts
 from graph_cases import CASES
+from tensorsmith import cache
 from tensorsmith.cache import ProgramCache
 from tensorsmith.cli import main
 from tensorsmith.search.verify import compare, random_inputs
@@ -39,6 +40,32 @@ def test_a_different_seed_target_or_graph_misses(change: str, tmp_path: Path) ->
     graph = CASES["pointwise_math"]() if change == "graph" else CASES["views"]()
     program = ts.compile(graph, profile=False, cache_dir=tmp_path, **kwargs)
     assert not program.report.get("from_cache") and len(_entries(tmp_path)) == 2
+
+
+def test_a_changed_compiler_misses_under_the_same_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiler whose code changed (a fix in codegen, a new archetype) compiles again: its cached programs were
+    made by other code, though the version string is the same."""
+    ts.compile(CASES["views"](), profile=False, cache_dir=tmp_path)
+    monkeypatch.setattr(cache, "compiler_digest", lambda: "other code")
+    program = ts.compile(CASES["views"](), profile=False, cache_dir=tmp_path)
+    assert not program.report.get("from_cache") and len(_entries(tmp_path)) == 2
+
+
+def test_the_compilers_digest_reads_its_modules_and_templates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "fake_compiler"
+    (package / "templates").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    template = package / "templates" / "kernel.cu.j2"
+    template.write_text("// one kernel")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(cache, "PACKAGES", ("fake_compiler",))
+    digests = []
+    for text in ("// one kernel", "// one kernel", "// another kernel"):
+        template.write_text(text)
+        cache.compiler_digest.cache_clear()
+        digests.append(cache.compiler_digest())
+    cache.compiler_digest.cache_clear()
+    assert digests[0] == digests[1] != digests[2]
 
 
 @pytest.mark.parametrize("damage", ["truncate_cubin", "delete_source", "garble_json", "drop_manifest"])

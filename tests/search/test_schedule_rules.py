@@ -22,7 +22,8 @@ FACTS = {
     "row_reduce": [KernelFacts("row_reduce", 4096, 2, True, 1), KernelFacts("row_reduce", 1002, 4, True, 3),
                    KernelFacts("row_reduce", 32768, 4, True, 2), KernelFacts("row_reduce", 96, 8, False, 0),
                    KernelFacts("row_reduce", 1 << 20, 2, True, 1)],
-    "matmul": [KernelFacts("matmul", itemsize=2), KernelFacts("matmul", itemsize=4)],
+    "matmul": [KernelFacts("matmul", itemsize=2), KernelFacts("matmul", itemsize=4),
+               KernelFacts("matmul", itemsize=4, operand_bytes=4)],
     "attention": [KernelFacts("attention", itemsize=2, head_dims=dims)
                   for dims in ((64, 64), (128, 128), (256, 256), (128, 64), (512, 512))],
 }
