@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 
 from tensorsmith.ir.errors import TensorsmithError
+from tensorsmith.ir.files import code_digest
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.knobs import cache_root
 
@@ -43,16 +44,10 @@ def program_key(graph: Graph, target: str, options: dict, version: str) -> str:
 
 @functools.cache
 def compiler_digest() -> str:
-    """A digest of tensorsmith's own Python modules and kernel templates, read once a process."""
-    digest = hashlib.sha256()
-    for package in PACKAGES:
-        spec = importlib.util.find_spec(package)
-        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
-            for path in sorted(Path(folder).rglob("*")):
-                if path.suffix in (".py", ".j2") and "__pycache__" not in path.parts:
-                    digest.update(f"{package}/{path.relative_to(folder)}".encode())
-                    digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    """A digest of tensorsmith's own modules and kernel templates, read once a process."""
+    specs = [importlib.util.find_spec(package) for package in PACKAGES]
+    return code_digest(Path(folder) for spec in specs if spec is not None
+                       for folder in spec.submodule_search_locations or [])
 
 
 class ProgramCache:

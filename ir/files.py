@@ -1,9 +1,14 @@
-"""Files written whole: a reader sees the old file or the new one, never a part (caches, reports, results)."""
+"""Files for the caches: written whole (a reader sees the old file or the new one, never a part), and the digest of
+the code whose results a cache keeps (caches, reports, results)."""
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+
+CODE_SUFFIXES = (".py", ".j2")   # what decides what the compiler makes: its modules and its kernel templates
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -17,3 +22,14 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def code_digest(folders: Iterable[Path], salt: bytes = b"") -> str:
+    """A digest of the modules and templates in `folders` and their subfolders (and `salt`): a cache keyed by it
+    forgets what other code made."""
+    digest = hashlib.sha256(salt)
+    for folder in folders:
+        for path in sorted(Path(folder).rglob("*")):
+            if path.suffix in CODE_SUFFIXES and "__pycache__" not in path.parts:
+                digest.update(f"{folder.name}/{path.relative_to(folder)}".encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]

@@ -19,6 +19,7 @@ from typing import Callable
 
 from tensorsmith import codegen, ir
 from tensorsmith.codegen.nvrtc import nvrtc_version
+from tensorsmith.ir.files import code_digest
 from tensorsmith.ir.kernel_program import Kernel, KernelProgram, kernel_structure
 
 
@@ -33,11 +34,7 @@ CheckOutputs = Callable[[KernelProgram], object]           # one untimed run, ou
 def codegen_fingerprint() -> str:
     """A digest of what renders and compiles a kernel: codegen's and the IR's Python sources, the templates, and
     NVRTC's version; a change to any voids the times measured before it."""
-    roots = [Path(codegen.__file__).parent, Path(ir.__file__).parent]
-    digest = hashlib.sha256(repr(nvrtc_version()).encode())
-    for path in sorted(path for root in roots for path in [*root.glob("*.py"), *root.glob("templates/*.j2")]):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
+    return code_digest([Path(codegen.__file__).parent, Path(ir.__file__).parent], repr(nvrtc_version()).encode())
 
 
 def kernel_signature(kernel: Kernel, program: KernelProgram, device: str) -> str:
