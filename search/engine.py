@@ -79,6 +79,7 @@ class SearchStats:
     timed_out: int = 0             # measured candidates that ran past their deadline (a hang)
     wrong_on_gpu: int = 0          # measured candidates whose GPU outputs disagree with the reference
     draws_cut: int = 0             # boundary sets random-tested on fewer ordinary draws than configured: no more fit
+    defaults_kept: int = 0         # winners replaced by their kernels at codegen's defaults, measured faster
     reference_s: float = 0.0       # one float64 evaluation of the reference graph on one draw, as timed here
     seconds: float = 0.0
     budget_hit: bool = False
@@ -330,7 +331,7 @@ def search_program(graph: Graph, target: Target | str = "sm90", budget_s: float 
         greedy = _greedy_candidate(space)
         if greedy is not None:
             run.score(greedy, space.seconds(greedy))
-    winner = _choose(run)
+    winner = _no_slower_than_defaults(run, _choose(run))
     result = _result(run, winner, start)
     result.stats.budget_hit = time.monotonic() > start + budget_s
     return result
@@ -377,6 +378,23 @@ def _measure_first(run: _Run, found: list[tuple[float, Candidate]]) -> None:
     (predicted 61 us against 110) went unmeasured and lost (2026-12-02)."""
     if run.measure is not None and found:
         run.evaluate(found[0][1])
+
+
+def _no_slower_than_defaults(run: _Run, winner: Candidate) -> Candidate:
+    """Where a GPU measures: the winner's kernels at codegen's default schedules are measured too (most often they
+    were already: the beam's first choice), and replace the winner where they ran faster and pass its random tests.
+    The model misprices some schedules, and the defaults were picked from measurements: a search never returns a
+    program slower than its own defaults measured in the same run."""
+    if run.measure is None or winner not in run.measured:
+        return winner
+    twin = run.space_of(winner).at_defaults(winner.boundaries)
+    if twin is None or twin == winner:
+        return winner
+    seconds = run.evaluate(twin)
+    if seconds is not None and seconds < run.measured[winner] and run.verify(twin):
+        run.stats.defaults_kept += 1
+        return twin
+    return winner
 
 
 MIN_SEARCH_SHARE = 0.25   # of the budget, kept for the search however long verification is expected to take

@@ -219,6 +219,22 @@ class CandidateSpace:
         kernels = [dataclasses.replace(k, schedule=s) for k, s in zip(program.kernels, candidate.schedules)]
         return dataclasses.replace(program, kernels=kernels, buffers=dict(program.buffers))
 
+    def at_defaults(self, boundaries: Boundaries) -> Candidate | None:
+        """The candidate of `boundaries` at codegen's default schedules, or None where a default is not among its
+        kernel's feasible schedules (it breaks a rule, or does not render)."""
+        program = self.program(boundaries)
+        shapes = {name: buf.shape for name, buf in program.buffers.items()}
+        defaults = []
+        for position, kernel in enumerate(program.kernels):
+            try:
+                default = default_schedule(kernel, shapes, self.target.arch)
+            except NotFusable:
+                return None
+            if default not in self.options(boundaries, position).schedules:
+                return None
+            defaults.append(default)
+        return Candidate(boundaries, tuple(defaults), self.form)
+
     def seconds(self, candidate: Candidate) -> float:
         """The model's time for the candidate."""
         return self._total(candidate, "seconds")

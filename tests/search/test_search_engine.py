@@ -170,3 +170,24 @@ def test_the_forms_of_one_search_schedule_each_kernel_structure_once() -> None:
     assert scheduled == len(shared) > 1
     again = [second.options(second.greedy(), p) for p in range(len(second.program(second.greedy()).kernels))]
     assert stats.kernels_scheduled == scheduled and again == options
+
+
+def _at_defaults(program: KernelProgram) -> bool:
+    shapes = {name: buffer.shape for name, buffer in program.buffers.items()}
+    return all(kernel.schedule == default_schedule(kernel, shapes) for kernel in program.kernels)
+
+
+@pytest.mark.parametrize("defaults_faster", [True, False])
+def test_the_search_returns_nothing_slower_than_its_kernels_at_codegens_defaults(defaults_faster: bool) -> None:
+    """A "GPU" on which codegen's default schedules are three times faster than any other: the norms' search
+    (whose model prefers other row schedules) measures its winner's kernels at the defaults too and returns them;
+    where the defaults are the slower ones, the winner stays."""
+    graph = CASES["norms"]()
+
+    def measure(program: KernelProgram) -> float:
+        fast = _at_defaults(program) == defaults_faster
+        return (1e-6 if fast else 3e-6) * len(program.kernels)
+
+    result = search_program(graph, "sm90", budget_s=3, measure=measure)
+    assert _at_defaults(result.program) == defaults_faster
+    assert result.stats.defaults_kept == (1 if defaults_faster else 0)
