@@ -28,7 +28,8 @@ from tensorsmith.ir.kernel_program import KernelProgram
 from tensorsmith.ir.layers import Layers, Piece, find_layers, inline, stitched
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.targets import Target, get_target
-from tensorsmith.search.cost import kernel_seconds, program_seconds
+from tensorsmith.search import refit
+from tensorsmith.search.cost import kernel_features, kernel_seconds, program_seconds
 from tensorsmith.search.exact import MAX_WORK as EXACT_MAX_WORK
 from tensorsmith.search.exact import PRIME, ExactCheck, check_exact, evaluation_size, relative_cost
 from tensorsmith.search.kernel_times import KERNEL_TIMES_FILE, KernelTimes
@@ -87,6 +88,7 @@ class Compilation:
     exact_against: str = ""            # which graph it compared with
     kernel_times_path: Path | None = None   # the measured kernel times beside the program cache (None: no cache)
     kernel_times: KernelTimes | None = None  # those the search measured or reused, where it measured on a GPU
+    cost_fits: list[refit.Fit] = field(default_factory=list)   # the model refitted to this GPU's records, where it was
     deadline: float = math.inf         # time.monotonic() at which the budget is spent
     draws: dict[int, Draw | None] = field(default_factory=dict)   # random tests' inputs and reference outputs, by
                                        # draw: the search's, then the GPU's check (draw 0) and the exact check's cut
@@ -133,13 +135,21 @@ def _extract(c: Compilation) -> None:
 WRITTEN = "as written"
 
 
+def _kernel_times(c: Compilation) -> KernelTimes:
+    """This GPU's kernel-time records, each new one with its kernel's features (for the model's refit)."""
+    return KernelTimes(c.kernel_times_path, device_name(), features=partial(kernel_features, target=c.target))
+
+
 def _search(c: Compilation) -> None:
     with InWorker() as gpu:   # candidates are untrusted: one that faults or hangs costs the worker, not us
         on_gpu = _profiles(c.options.profile) and gpu_available()
         if on_gpu:            # what one more kernel costs, as programs are called (a graph's replay), on this GPU
             c.target = replace(c.target, launch_s=measured_launch_seconds())
             c.launch_measured = True
-            c.kernel_times = KernelTimes(c.kernel_times_path, device_name())
+            c.kernel_times = _kernel_times(c)
+            c.cost_fits = refit.fit(c.kernel_times.records, c.options.seed)
+            if c.cost_fits:   # the model as this GPU's measured kernels correct it
+                c.target = replace(c.target, corrections=tuple(fit.correction for fit in c.cost_fits))
         if c.found_layers is not None:
             try:
                 return _search_layers(c, c.found_layers, gpu if on_gpu else None)
@@ -378,7 +388,7 @@ def _measure_on_gpu(c: Compilation, gpu: Profiler,
     """
     draw = functools.cache(partial(_gpu_draw, c))   # at the first measurement: the search times that draw's reference
     if c.kernel_times is None:   # a layered model's pieces and its stitched program share one
-        c.kernel_times = KernelTimes(c.kernel_times_path, device_name())
+        c.kernel_times = _kernel_times(c)
     times = c.kernel_times
 
     def run(program: KernelProgram, timed: bool) -> list[float]:   # each kernel's seconds where `timed`, else []
@@ -661,6 +671,7 @@ def _report(c: Compilation) -> dict[str, Any]:
         "kernel_times": ({"measured_programs": c.kernel_times.measured_programs,
                           "reused_programs": c.kernel_times.reused_programs,
                           "kernels_known": len(c.kernel_times.seconds)} if c.kernel_times is not None else None),
+        "cost_fit": [asdict(fit) for fit in c.cost_fits],
     }
     if c.saturation is not None:
         saturation = c.saturation

@@ -35,6 +35,9 @@ class Target:
     wgmma_flops: float = 640e12
     launch_s: float = 3e-6              # one launch and its gap on the stream (measured ~4 us with events, H200)
     gpcs: int = 8                       # graphics processing clusters: a thread-block cluster runs within one
+    # the model refitted to this GPU's measured kernels (search/refit.py): (archetype, scale, power), a kernel's time
+    # t priced scale * t ** power; none where no records were fitted
+    corrections: tuple[tuple[str, float, float], ...] = ()
 
 
 TARGETS: dict[str, Target] = {

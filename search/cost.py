@@ -128,6 +128,27 @@ def kernel_cost(kernel: Kernel, program: KernelProgram, target: Target) -> Kerne
 ILLEGAL = KernelCost(math.inf, 0.0, 0.0, 0.0, 0, 0, 0, 0.0, math.inf, "illegal")
 
 
+def corrected(seconds: float, archetype: str, target: Target) -> float:
+    """The model's time for a kernel of `archetype` as refitted to the target's measured kernels (unchanged where
+    none were fitted)."""
+    for name, scale, power in target.corrections:
+        if name == archetype:
+            return scale * seconds ** power
+    return seconds
+
+
+def kernel_features(kernel: Kernel, program: KernelProgram, target: Target) -> dict:
+    """A kernel as a kernel-time record keeps it, for the cost model to be refitted from: its archetype, schedule,
+    buffers' shapes and dtypes, and the uncorrected model's account of it."""
+    cost = kernel_cost(kernel, program, dataclasses.replace(target, corrections=()))
+    def described(names: tuple[str, ...]) -> list:
+        return [[list(program.buffers[name].shape), program.buffers[name].dtype.value] for name in names]
+    return {"archetype": kernel.archetype, "schedule": kernel.schedule.as_dict(), "reads": described(kernel.reads),
+            "writes": described(kernel.writes), "predicted_s": cost.seconds, "dram_bytes": cost.dram_bytes,
+            "cache_bytes": cost.cache_bytes, "flops": cost.flops, "blocks": cost.blocks, "waves": cost.waves,
+            "occupancy": cost.occupancy, "bound": cost.bound}
+
+
 class KernelPricing:
     """`kernel_cost` of one kernel under many schedules: what does not depend on the schedule (its buffers' shapes
     and bytes, its work per vector width) is worked out once (search prices hundreds of schedules per kernel)."""
@@ -193,7 +214,8 @@ class KernelPricing:
 
         full_time, bound = wave(min(blocks, slots))
         tail_blocks = blocks - (waves - 1) * slots
-        seconds = (waves - 1) * full_time + wave(tail_blocks)[0] + target.launch_s
+        seconds = corrected((waves - 1) * full_time + wave(tail_blocks)[0] + target.launch_s, kernel.archetype,
+                            target)
         occupancy = min(blocks, slots) / target.sm_count * warps / (target.max_threads_per_sm // WARP)
         return KernelCost(seconds, dram, cache, work.flops, blocks, per_sm, waves, min(1.0, occupancy), critical,
                           bound)

@@ -25,7 +25,9 @@ from tensorsmith.ir.kernel_program import Kernel, KernelProgram, kernel_structur
 
 log = logging.getLogger(__name__)
 
-KERNEL_TIMES_FILE = "kernel_times.jsonl"   # one JSON record a line: device, signature, seconds, kernel name
+KERNEL_TIMES_FILE = "kernel_times.jsonl"   # one JSON record a line: device, signature, seconds, kernel name, and
+                                           # where given the kernel's features (`cost.kernel_features`)
+Features = Callable[[Kernel, KernelProgram], dict]   # what a record says of its kernel, for refitting the cost model
 MeasureKernels = Callable[[KernelProgram], list[float]]   # each kernel's seconds, in order, outputs checked first
 CheckOutputs = Callable[[KernelProgram], object]           # one untimed run, outputs checked (raises if wrong)
 
@@ -53,6 +55,8 @@ class KernelTimes:
     seconds: dict[str, float] = field(default_factory=dict)
     measured_programs: int = 0    # candidates run on the GPU to time their kernels
     reused_programs: int = 0      # candidates timed from kernels measured before, not run
+    features: Features | None = None   # each new record's kernel described, where given
+    records: list[dict] = field(default_factory=list)   # this device's records that carry features, oldest first
     _unwritable: bool = False
 
     def __post_init__(self) -> None:
@@ -70,6 +74,8 @@ class KernelTimes:
                 record = json.loads(line)
                 if record["device"] == self.device:
                     self.seconds[str(record["signature"])] = float(record["seconds"])
+                    if isinstance(record.get("features"), dict):
+                        self.records.append(record)
             except (ValueError, KeyError, TypeError):   # a line cut short by a killed writer: ignored
                 continue
 
@@ -88,16 +94,20 @@ class KernelTimes:
                 raise ValueError(f"{len(times)} kernel times for a program of {len(signatures)} kernels")
             self.measured_programs += 1
             for kernel, signature, seconds in zip(program.kernels, signatures, times):
-                self._record(signature, seconds, kernel.name)
+                self._record(signature, seconds, kernel, program)
         return sum(self.seconds[signature] for signature in signatures) + launch_s * len(signatures)
 
-    def _record(self, signature: str, seconds: float, name: str) -> None:
+    def _record(self, signature: str, seconds: float, kernel: Kernel, program: KernelProgram) -> None:
         if signature in self.seconds:   # measured again within this program: the first time stands
             return
         self.seconds[signature] = seconds
+        record = {"device": self.device, "signature": signature, "seconds": seconds, "kernel": kernel.name}
+        if self.features is not None:
+            record["features"] = self.features(kernel, program)
+            self.records.append(record)
         if self.path is None or self._unwritable:
             return
-        line = json.dumps({"device": self.device, "signature": signature, "seconds": seconds, "kernel": name})
+        line = json.dumps(record)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # one short append a record: on a local file system concurrent writers do not interleave (one O_APPEND
