@@ -7,8 +7,8 @@ output computes from the sum elementwise (bias, activation, residual) becomes th
 
 Three templates: mma.sync fed by cp.async (matmul.cu.j2) takes any operands, float32 ones as 3xTF32 (each
 operand split into two TF32 values, three products on the tensor cores: about float32's accuracy); with a wgmma
-schedule, operands that are plain fp16/bf16 buffers are copied by TMA into Hopper's warpgroup MMA (matmul_tma.cu.j2), or by
-cp.async where TMA cannot address them by tile coordinates (matmul_wgmma.cu.j2).
+schedule, operands that are plain fp16/bf16 buffers are copied by TMA into Hopper's warpgroup MMA (matmul_tma.cu.j2),
+or by cp.async where TMA cannot address them by tile coordinates (matmul_wgmma.cu.j2).
 """
 from __future__ import annotations
 

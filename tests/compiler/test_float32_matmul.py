@@ -63,7 +63,8 @@ def test_a_float32_torch_mlp_is_three_kernels_not_fifty() -> None:
     class MLP(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.norm, self.up, self.down = torch.nn.LayerNorm(128), torch.nn.Linear(128, 512), torch.nn.Linear(512, 128)
+            self.norm, self.up = torch.nn.LayerNorm(128), torch.nn.Linear(128, 512)
+            self.down = torch.nn.Linear(512, 128)
 
         def forward(self, x: "torch.Tensor") -> "torch.Tensor":
             return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))

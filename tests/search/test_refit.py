@@ -71,8 +71,9 @@ def test_records_keep_their_kernels_features_and_are_read_back(tmp_path: Path) -
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(lines) == len(times.records) == len(times.seconds) > 1   # one a distinct kernel
     first = lines[0]["features"]
-    assert first["archetype"] == program.kernels[0].archetype and first["schedule"] == program.kernels[0].schedule.as_dict()
-    assert first["reads"][0][0] == list(program.buffers[program.kernels[0].reads[0]].shape)
+    kernel = program.kernels[0]
+    assert first["archetype"] == kernel.archetype and first["schedule"] == kernel.schedule.as_dict()
+    assert first["reads"][0][0] == list(program.buffers[kernel.reads[0]].shape)
     assert first["predicted_s"] > 0 and first["bound"] in ("dram", "cache", "compute", "latency")
     again = KernelTimes(path, "GPU")
     assert [r["signature"] for r in again.records] == [r["signature"] for r in lines]
