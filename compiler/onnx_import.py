@@ -388,6 +388,24 @@ def _conv(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
                    attrs.get("dilations", 1), attrs.get("group", 1))
 
 
+def _conv_transpose(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
+    """ConvTranspose with explicit pads; pads unequal on two sides crop the output computed without them."""
+    x, weight = context.tensor(inputs[0]), context.tensor(inputs[1])
+    bias = context.tensor(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+    if "output_shape" in attrs:
+        raise OnnxImportError(f"ConvTranspose node {context.node.name!r}: output_shape is not supported; export with"
+                              f" explicit pads and output_padding")
+    dims = weight.ndim - 2
+    pads = _pads(context, attrs, dims)
+    even = all(before == after for before, after in pads)
+    y = nn.conv_transpose(x, weight, bias, attrs.get("strides", 1), [before for before, _ in pads] if even else 0,
+                          attrs.get("output_padding", 0), attrs.get("group", 1), attrs.get("dilations", 1))
+    if even:
+        return y
+    return y[(slice(None), slice(None)) + tuple(slice(before, size - after)
+                                                for (before, after), size in zip(pads, y.shape[2:]))]
+
+
 def _max_pool(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     kernel = list(attrs["kernel_shape"])
     return nn.max_pool(context.tensor(inputs[0]), kernel, attrs.get("strides", 1),
@@ -464,7 +482,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "Softmax": lambda context, inputs, attrs: nn.softmax(context.tensor(inputs[0]), attrs.get("axis", -1)),
     "LogSoftmax": lambda context, inputs, attrs: nn.log_softmax(context.tensor(inputs[0]), attrs.get("axis", -1)),
     "LayerNormalization": _layer_norm, "RMSNormalization": _rms_norm,
-    "Conv": _conv, "MaxPool": _max_pool, "AveragePool": _average_pool, "BatchNormalization": _batch_norm,
+    "Conv": _conv, "ConvTranspose": _conv_transpose, "MaxPool": _max_pool, "AveragePool": _average_pool, "BatchNormalization": _batch_norm,
     "GlobalAveragePool": lambda context, inputs, attrs: nn.adaptive_avg_pool(
         context.tensor(inputs[0]), [1] * (context.tensor(inputs[0]).ndim - 2)),
     "ReduceMean": _reduce(lambda x, axis: x.mean(axis, keepdim=True)),

@@ -315,7 +315,8 @@ def _layer_norm(node: Any, x: Tensor, shape: Sequence[int], weight: Any = None, 
 def _convolution(node: Any, x: Tensor, weight: Tensor, bias: Any, stride: Sequence[int], padding: Sequence[int],
                  dilation: Sequence[int], transposed: bool, output_padding: Sequence[int], groups: int) -> Tensor:
     if transposed:
-        raise TorchImportError("a transposed convolution (ConvTranspose) has no lowering yet")
+        return nn.conv_transpose(x, weight, bias if isinstance(bias, Tensor) else None, stride, padding,
+                                 output_padding, groups, dilation)
     return _conv(node, x, weight, bias, stride, padding, dilation, groups)
 
 

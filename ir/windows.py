@@ -1,5 +1,6 @@
 """Layers over sliding windows, as compositions of primitives: convolution (one matrix product per group over the
-windows gathered as columns, "im2col") and max, average and adaptive average pooling. Each window offset is a
+windows gathered as columns, "im2col"), transposed convolution (one product per group, its taps spread and added)
+and max, average and adaptive average pooling. Each window offset is a
 strided view of the padded input, made of slices and reshapes; windows that tile the input (a ViT's patch
 embedding: stride equal to the kernel, no padding) are one reshape and permute of it."""
 from __future__ import annotations
@@ -48,6 +49,80 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Size = 1
         y = parts[0] if groups == 1 else concat(parts, dims + 1)
         y = y.permute((0, dims + 1) + tuple(range(1, dims + 1)))
     return y if bias is None else y + bias.reshape((1, out_channels) + (1,) * dims)
+
+
+def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Size = 1, padding: Size = 0,
+                   output_padding: Size = 0, groups: int = 1, dilation: Size = 1) -> Tensor:
+    """PyTorch's conv_transpose1d/2d/3d: x (N, C, *spatial) or (C, *spatial), weight (C, O / groups, *kernel).
+
+    Each input element spreads its kernel over the output: one product per group gives every element's
+    contribution to every tap, (N, *spatial, O * taps); each tap's is then spread `stride` apart (zeros between) and
+    placed at its offset, `tap * dilation - padding`, and the taps are added up. No weight is flipped."""
+    dims = weight.ndim - 2
+    if dims < 1 or x.ndim not in (dims + 1, dims + 2):
+        raise ShapeError(f"conv_transpose: a weight of shape {weight.shape} takes inputs of {dims + 1} or {dims + 2}"
+                         f" axes, got {x.shape}")
+    if x.ndim == dims + 1:
+        batched = conv_transpose(x.reshape((1,) + x.shape), weight, bias, stride, padding, output_padding, groups,
+                                 dilation)
+        return batched.reshape(batched.shape[1:])
+    n, channels, spatial, kernel = x.shape[0], x.shape[1], x.shape[2:], weight.shape[2:]
+    if channels != weight.shape[0] or channels % groups:
+        raise ShapeError(f"conv_transpose: {channels} input channels in {groups} group(s) do not fit a weight of"
+                         f" shape {weight.shape}")
+    stride, padding, output_padding, dilation = (
+        _per_axis(value, dims, name) for value, name in ((stride, "stride"), (padding, "padding"),
+                                                         (output_padding, "output_padding"), (dilation, "dilation")))
+    out = [(size - 1) * s - 2 * p + d * (k - 1) + extra + 1
+           for size, s, p, d, k, extra in zip(spatial, stride, padding, dilation, kernel, output_padding)]
+    if any(size < 1 for size in out) or any(extra >= max(s, d) for extra, s, d in zip(output_padding, stride,
+                                                                                        dilation)):
+        raise ShapeError(f"conv_transpose: an input of {tuple(spatial)} with kernel {tuple(kernel)}, stride {stride},"
+                         f" padding {padding}, output_padding {output_padding} and dilation {dilation} has no output")
+    per_group, group_out, taps = channels // groups, weight.shape[1], math.prod(kernel)
+    rows = x.permute((0,) + tuple(range(2, dims + 2)) + (1,))          # (N, *spatial, C)
+    flat = weight.reshape(channels, group_out * taps)                   # (C, O / groups * taps), out-channel-major
+    parts = [rows[(slice(None),) * (dims + 1) + (slice(g * per_group, (g + 1) * per_group),)]
+             @ flat[g * per_group:(g + 1) * per_group] for g in range(groups)]
+    spread = (parts[0] if groups == 1 else concat(parts, dims + 1)).reshape(
+        (n, *spatial, groups * group_out, taps))
+    channel_first = (0, dims + 1) + tuple(range(1, dims + 1))
+    placed = []
+    for t, offsets in enumerate(_offsets(kernel)):
+        tap: Tensor | None = spread[(slice(None),) * (dims + 2) + (t,)].permute(channel_first)   # (N, O, *spatial)
+        for axis, (offset, s, p, d, size) in enumerate(zip(offsets, stride, padding, dilation, out)):
+            if tap is not None:
+                tap = _placed(_spread(tap, axis + 2, s), axis + 2, offset * d - p, size)
+        if tap is not None:   # (a tap whose every element falls in the padding adds nothing)
+            placed.append(tap)
+    y = _summed(placed) if placed else constant(0.0, (n, groups * group_out, *out), x.dtype)
+    return y if bias is None else y + bias.reshape((1, groups * group_out) + (1,) * dims)
+
+
+def _spread(x: Tensor, axis: int, step: int) -> Tensor:
+    """x with step - 1 zeros between its elements along `axis` (length (L - 1) * step + 1)."""
+    if step == 1:
+        return x
+    length = x.shape[axis]
+    split = x.reshape(x.shape[:axis + 1] + (1,) + x.shape[axis + 1:])
+    split = split.pad([(0, 0)] * (axis + 1) + [(0, step - 1)] + [(0, 0)] * (x.ndim - axis - 1))
+    joined = split.reshape(x.shape[:axis] + (length * step,) + x.shape[axis + 1:])
+    return joined[(slice(None),) * axis + (slice(0, (length - 1) * step + 1),)]
+
+
+def _placed(x: Tensor, axis: int, start: int, size: int) -> Tensor | None:
+    """x along `axis` placed at `start` of an axis of `size` (zeros elsewhere; what falls outside it dropped), or
+    None where all of it falls outside."""
+    length, before = x.shape[axis], (slice(None),) * axis
+    if start >= size or start + length <= 0:
+        return None
+    if start < 0:
+        x, length, start = x[before + (slice(-start, length),)], length + start, 0
+    if start + length > size:
+        x, length = x[before + (slice(0, size - start),)], size - start
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (start, size - start - length)
+    return x.pad(widths)
 
 
 def max_pool(x: Tensor, kernel: Size, stride: Size | None = None, padding: Pads = 0, dilation: Size = 1,

@@ -281,3 +281,33 @@ def test_pooling_with_pads_unequal_on_two_sides_matches_the_reference() -> None:
     x = -np.abs(RNG.standard_normal((2, 3, 8, 7))).astype(np.float32) - 0.5       # every value below the padding's 0
     for ours, expected in zip(program(x), ReferenceEvaluator(model).run(None, {"x": x})):
         assert ours.shape == expected.shape and _relative(ours, expected.astype(np.float64)) < 1e-6
+
+
+def test_transposed_convolutions_match_the_reference() -> None:
+    """Issue 42: ConvTranspose with output_padding, groups and bias, and one with pads unequal on two sides and a
+    dilation, against PyTorch's (onnx's reference implementation fails on them); output_shape is refused with a
+    clear message."""
+    torch = pytest.importorskip("torch")
+    nodes = [helper.make_node("ConvTranspose", ["x", "w1", "b1"], ["u1"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1], output_padding=[1, 0], group=2),
+             helper.make_node("ConvTranspose", ["u1", "w2"], ["y"], kernel_shape=[2, 3], pads=[0, 1, 1, 0],
+                              dilations=[2, 1])]
+    weights = {"w1": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32),
+               "b1": RNG.standard_normal(6).astype(np.float32),
+               "w2": RNG.standard_normal((6, 2, 2, 3)).astype(np.float32)}
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 5, 6])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], weights)
+    program = from_onnx(model, **QUICK)
+    x = RNG.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    tensor = {name: torch.from_numpy(value).double() for name, value in {"x": x, **weights}.items()}
+    up = torch.nn.functional.conv_transpose2d(tensor["x"], tensor["w1"], tensor["b1"], stride=2, padding=1,
+                                              output_padding=(1, 0), groups=2)
+    expected = torch.nn.functional.conv_transpose2d(up, tensor["w2"], dilation=(2, 1))[:, :, 0:-1, 1:].numpy()
+    ours = program(x)
+    assert ours.shape == expected.shape and _relative(ours, expected) < 1e-5
+    shaped = _model([helper.make_node("ConvTranspose", ["x", "w2"], ["y"], kernel_shape=[2, 3],
+                                      output_shape=[12, 13])],
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 5, 6])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], {"w2": weights["w2"]})
+    with pytest.raises(OnnxImportError, match="output_shape"):
+        from_onnx(shaped, **QUICK)

@@ -372,6 +372,26 @@ def test_a_patch_embedding_and_a_1d_convolution_match_eager() -> None:
             assert ours.shape == theirs.shape and _relative(ours, theirs) < 1e-5
 
 
+def test_transposed_convolutions_of_a_decoder_match_eager() -> None:
+    """Issue 42: a decoder's upsampling (ConvTranspose2d, stride 2, output_padding 1, in two groups), a dilated
+    ConvTranspose1d and a 4 x 4 stride-2 one without bias import and match eager PyTorch."""
+    class Decoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+            self.up4 = torch.nn.ConvTranspose2d(6, 3, 4, stride=2, padding=1, bias=False)
+            self.wave = torch.nn.ConvTranspose1d(2, 3, 5, stride=3, padding=2, dilation=2)
+
+        def forward(self, x: torch.Tensor, wave: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.up4(torch.relu(self.up(x))), self.wave(wave)
+    module = Decoder().eval()
+    program = from_torch(module, (torch.randn(2, 4, 5, 6), torch.randn(1, 2, 9)), profile=False, **QUICK)
+    x, wave = torch.randn(2, 4, 5, 6), torch.randn(1, 2, 9)
+    with torch.no_grad():
+        for ours, theirs in zip(program(x, wave), module(x, wave)):
+            assert ours.shape == theirs.shape and _relative(ours, theirs) < 1e-5
+
+
 def test_a_vision_transformer_from_transformers_matches_eager() -> None:
     """Issue 42: a ViT (transformers' ViTModel, random weights) imports through its patch embedding's convolution."""
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")

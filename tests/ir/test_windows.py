@@ -58,6 +58,54 @@ def test_a_convolution_is_the_sum_over_each_window(shape, weight, stride, paddin
     np.testing.assert_allclose(got, expected + b.reshape((1, -1) + (1,) * (len(shape) - 2)), rtol=1e-10, atol=1e-10)
 
 
+def _conv_transpose(x: np.ndarray, w: np.ndarray, stride, padding, output_padding, dilation, groups) -> np.ndarray:
+    """Each input element's kernel, scaled by it, added into the output at element * stride + tap * dilation -
+    padding: the transposed convolution by its definition, one element at a time."""
+    n, c, *spatial = x.shape
+    kernel, per, group_out = w.shape[2:], c // groups, w.shape[1]
+    out = [(size - 1) * s - 2 * p + d * (k - 1) + e + 1
+           for size, s, p, d, k, e in zip(spatial, stride, padding, dilation, kernel, output_padding)]
+    y = np.zeros((n, groups * group_out, *out))
+    for at in itertools.product(*(range(size) for size in spatial)):
+        for tap in itertools.product(*(range(k) for k in kernel)):
+            where = [a * s + t * d - p for a, t, s, d, p in zip(at, tap, stride, dilation, padding)]
+            if not all(0 <= i < o for i, o in zip(where, out)):
+                continue
+            for g in range(groups):
+                inputs = x[(slice(None), slice(g * per, (g + 1) * per)) + at]            # (N, per)
+                filters = w[(slice(g * per, (g + 1) * per), slice(None)) + tap]         # (per, group_out)
+                y[(slice(None), slice(g * group_out, (g + 1) * group_out)) + tuple(where)] += inputs @ filters
+    return y
+
+
+@pytest.mark.parametrize("shape, weight, stride, padding, output_padding, dilation, groups", [
+    ((2, 3, 5, 4), (3, 4, 3, 3), (2, 2), (1, 1), (1, 0), (1, 1), 1),      # a decoder's upsampling
+    ((1, 4, 6, 5), (4, 3, 4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 2),      # 4 x 4, stride 2, in two groups
+    ((2, 2, 7), (2, 3, 5), (3,), (0,), (2,), (2,), 1),                   # dilated, one spatial axis
+    ((1, 3, 4, 4), (3, 2, 2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 1),      # taps that tile the output
+    ((1, 2, 3, 3), (2, 2, 3, 3), (1, 1), (2, 2), (0, 0), (1, 1), 1),      # padding crops most of each tap
+    ((1, 2, 1, 1), (2, 2, 3, 3), (1, 1), (1, 1), (0, 0), (1, 1), 1),      # and all of eight taps
+])
+def test_a_transposed_convolution_spreads_each_element_over_its_kernel(shape, weight, stride, padding,
+                                                                        output_padding, dilation, groups, rng) -> None:
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (shape, weight, (weight[1] * groups,)))
+    g = ts.Graph("conv_transpose")
+    tx, tw, tb = g.input("x", shape, "float32"), g.input("w", weight, "float32"), g.input("b", b.shape, "float32")
+    g.output("y", nn.conv_transpose(tx, tw, tb, stride, padding, output_padding, groups, dilation))
+    got = ts.evaluate(g, {"x": x, "w": w, "b": b})["y"]
+    expected = _conv_transpose(x.astype(np.float64), w.astype(np.float64), stride, padding, output_padding,
+                               dilation, groups)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected + b.reshape((1, -1) + (1,) * (len(shape) - 2)), rtol=1e-10, atol=1e-10)
+
+
+def test_a_transposed_convolution_without_an_output_says_why() -> None:
+    g = ts.Graph("bad")
+    with pytest.raises(ShapeError, match="output_padding"):
+        nn.conv_transpose(g.input("x", (1, 2, 4), "float32"), g.input("w", (2, 2, 3), "float32"), stride=2,
+                          output_padding=2)
+
+
 def test_max_and_average_pooling_are_the_max_and_mean_of_each_window(rng) -> None:
     x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
     g = ts.Graph("pool")
