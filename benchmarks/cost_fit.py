@@ -22,6 +22,8 @@ def main() -> None:
     args = parser.parse_args()
     by_device: dict[str, list[dict]] = {}
     for path in args.paths:
+        if not path.is_file():
+            raise SystemExit(f"no kernel-time records at {path}: compile with a GPU and a cache (the default) first")
         for line in path.read_text().splitlines():
             try:
                 record = json.loads(line)
