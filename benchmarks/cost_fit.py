@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from tensorsmith.ir.knobs import cache_root
@@ -23,7 +24,9 @@ def main() -> None:
     by_device: dict[str, list[dict]] = {}
     for path in args.paths:
         if not path.is_file():
-            raise SystemExit(f"no kernel-time records at {path}: compile with a GPU and a cache (the default) first")
+            print(f"no kernel-time records at {path}: compile with a GPU and a cache (the default) first",
+                  file=sys.stderr)
+            raise SystemExit(2)
         for line in path.read_text().splitlines():
             try:
                 record = json.loads(line)
