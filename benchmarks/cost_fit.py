@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tensorsmith.ir.knobs import cache_root
 from tensorsmith.search import refit
-from tensorsmith.search.kernel_times import KERNEL_TIMES_FILE
+from tensorsmith.search.kernel_times import KERNEL_TIMES_FILE, model_fingerprint
 
 
 def main() -> None:
@@ -32,14 +32,17 @@ def main() -> None:
                 record = json.loads(line)
             except ValueError:
                 continue
+            if not isinstance(record, dict):
+                continue
             by_device.setdefault(str(record.get("device")), []).append(record)
     for device, records in by_device.items():
-        featured = [r for r in records if isinstance(r.get("features"), dict)]
+        featured = [r for r in records if isinstance(r.get("features"), dict)
+                    and r["features"].get("model") == model_fingerprint()]
         counts: dict[str, int] = {}
         for record in featured:
             archetype = record["features"].get("archetype", "?")
             counts[archetype] = counts.get(archetype, 0) + 1
-        print(f"{device}: {len(records)} records, {len(featured)} with features ({counts})")
+        print(f"{device}: {len(records)} records, {len(featured)} with features of this cost model ({counts})")
         print(f"  {'archetype':12s} {'fitted on':>9s} {'held out':>8s} {'scale':>9s} {'power':>6s} "
               f"{'error before':>12s} {'after':>6s}")
         for fit in refit.fit(featured):

@@ -64,6 +64,11 @@ def tensor_core_match(node: Node) -> MatmulMatch | None:
     return match if min(match.dims) >= MIN_DIM else None
 
 
+def kernel_matmul(kernel: Kernel) -> MatmulMatch | None:
+    """The tensor-core matmul a kernel computes (the first sum of its body that is one), or None."""
+    return next((m for n in kernel.body if n.op == Op.SUM and (m := tensor_core_match(n)) is not None), None)
+
+
 def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     """The template context of a matmul kernel: the prologue loads, the epilogue, and the launch shape."""
     plan = _matmul_plan(kernel.name, kernel.outputs, tuple(sorted(shapes.items())))

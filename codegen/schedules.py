@@ -7,7 +7,8 @@ from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.ops import REDUCE
 
 from .attention import attention_body, kernel_attention
-from .matmul import takes_wgmma, tensor_core_match
+from .emit import NotFusable
+from .matmul import kernel_matmul, takes_wgmma
 from .pointwise import pointwise_vector_width
 from .row_reduce import vector_width
 from .spaces import HOPPER, MATMUL, SM_COUNT, TF32_BK, WGMMA_ALIGN, wgmma_shared_bytes
@@ -50,7 +51,9 @@ def _matmul_default(kernel: Kernel, shapes: dict[str, tuple[int, ...]], hopper: 
     0.92, the traffic costs more). There K splits in two, into more only where two would leave three quarters
     of the SMs idle: clusters of four do not all fit on the GPCs at once (16 x 4096 x 4096: split in two with
     8 stages 0.98, in four with 4 stages 0.93)."""
-    match = next(m for n in kernel.body if (m := tensor_core_match(n)) is not None)
+    match = kernel_matmul(kernel)
+    if match is None:
+        raise NotFusable(kernel.outputs[0][1], "the output is not elementwise over one matmul")
     rows, cols, depth = match.dims
     batches = math.prod(match.batch_shape)
     if match.lhs.dtype.itemsize == 4:

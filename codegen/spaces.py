@@ -26,7 +26,7 @@ MMA_BYTES = 2              # 16-bit tensor-core operands (fp16, bf16); a float32
 WGMMA_ALIGN = 1024         # the 128-byte swizzle repeats every 1024 bytes: a TMA ring's stages start on such a boundary
 
 # matmul.cu.j2
-MATMUL_PAD = 8             # elements added to each shared tile row (the template's PAD): ldmatrix rows in distinct banks
+MATMUL_PAD = 8             # elements added to each 16-bit tile row (PAD_A, PAD_B): ldmatrix rows in distinct banks
 # float32 tiles (3xTF32): a row along K gets 4 floats (a fragment's eight rows x four K columns in distinct banks), a
 # row along M or N gets 8 (its four K rows x eight columns); both keep rows 16-byte aligned for cp.async
 TF32_PAD_ALONG_K, TF32_PAD_ACROSS_K = 4, 8
@@ -65,10 +65,15 @@ def matmul_shared_bytes(logic: Logic, bm: Any, bn: Any, bk: Any, stages: Any, a_
     return logic.If(split_k == 1, pipeline, logic.max(pipeline, split_partial_bytes(bm, bn)))
 
 
-def matmul_padded_bound(bm: Any, bn: Any, bk: Any, stages: Any, operand_bytes: Any = MMA_BYTES) -> Any:
-    """`matmul_shared_bytes`' pipeline bounded over both layouts of each operand (a rule needs no layout facts)."""
-    pad = max(MATMUL_PAD, TF32_PAD_ACROSS_K)
-    return operand_bytes * stages * ((bm + pad) * (bk + pad) + (bk + pad) * (bn + pad))
+def matmul_padded_bound(logic: Logic, bm: Any, bn: Any, bk: Any, stages: Any, operand_bytes: int = MMA_BYTES) -> Any:
+    """`matmul_shared_bytes`' pipeline bounded over both layouts of each operand (a rule needs no layout facts):
+    16-bit tiles padded on both axes, float32 ones the larger of their two layouts (padding both would rule out
+    the float32 default that fits an A100)."""
+    if operand_bytes == MMA_BYTES:
+        return MMA_BYTES * stages * ((bm + MATMUL_PAD) * (bk + MATMUL_PAD) + (bk + MATMUL_PAD) * (bn + MATMUL_PAD))
+    along, across = matmul_pad(operand_bytes, True), matmul_pad(operand_bytes, False)
+    return operand_bytes * stages * (logic.max(bm * (bk + along), bk * (bm + across))
+                                     + logic.max(bk * (bn + across), bn * (bk + along)))
 
 
 def split_partial_bytes(bm: Any, bn: Any) -> Any:
@@ -173,7 +178,7 @@ MATMUL = Archetype("matmul", {"bm": (32, 64, 128), "bn": (64, 128, 256), "bk": (
     # mma.sync's padded tiles; wgmma's are unpadded (where wgmma falls back to mma.sync, codegen renders as many of
     # the stages as fit)
     Rule("dynamic shared memory", lambda p: p.logic.If(p.wgmma == 1, wgmma_shared_bytes(p.bm, p.bn, p.bk, p.stages),
-                                                       matmul_padded_bound(p.bm, p.bn, p.bk, p.stages,
+                                                       matmul_padded_bound(p.logic, p.bm, p.bn, p.bk, p.stages,
                                                                            p.kernel.operand_bytes))
          <= p.gpu.shared_bytes_per_block, launch=True),
     Rule("accumulators per thread", lambda p: p.logic.div(p.bm * p.bn, matmul_threads(p)) <= MAX_ACCUMULATORS),

@@ -44,10 +44,11 @@ def program_key(graph: Graph, target: str, options: dict, version: str) -> str:
 
 @functools.cache
 def compiler_digest() -> str:
-    """A digest of tensorsmith's own modules and kernel templates, read once a process."""
+    """A digest of tensorsmith's own modules and kernel templates, read once a process (the bench's and its suite's
+    apart: they make no program)."""
     specs = [importlib.util.find_spec(package) for package in PACKAGES]
-    return code_digest(Path(folder) for spec in specs if spec is not None
-                       for folder in spec.submodule_search_locations or [])
+    return code_digest((Path(folder) for spec in specs if spec is not None
+                        for folder in spec.submodule_search_locations or []), skip=("bench", "suite"))
 
 
 class ProgramCache:

@@ -24,12 +24,15 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def code_digest(folders: Iterable[Path], salt: bytes = b"") -> str:
-    """A digest of the modules and templates in `folders` and their subfolders (and `salt`): a cache keyed by it
-    forgets what other code made."""
+def code_digest(folders: Iterable[Path], salt: bytes = b"", skip: tuple[str, ...] = ()) -> str:
+    """A digest of the modules and templates in `folders` and their subfolders but those named in `skip` (and
+    `salt`), each file once: a cache keyed by it forgets what other code made."""
     digest = hashlib.sha256(salt)
-    for folder in folders:
-        for path in sorted(Path(folder).rglob("*")):
-            if path.suffix in CODE_SUFFIXES and "__pycache__" not in path.parts:
+    roots = sorted({Path(folder).resolve() for folder in folders})
+    roots = [root for root in roots if not any(other in root.parents for other in roots)]   # inside another: read
+    for folder in roots:
+        for path in sorted(folder.rglob("*")):
+            parts = path.relative_to(folder).parts
+            if path.suffix in CODE_SUFFIXES and "__pycache__" not in parts and not set(parts[:-1]) & set(skip):
                 digest.update(f"{folder.name}/{path.relative_to(folder)}".encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]

@@ -67,12 +67,14 @@ def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
                                  dilation)
         return batched.reshape(batched.shape[1:])
     n, channels, spatial, kernel = x.shape[0], x.shape[1], x.shape[2:], weight.shape[2:]
-    if channels != weight.shape[0] or channels % groups:
+    if groups < 1 or channels != weight.shape[0] or channels % groups:
         raise ShapeError(f"conv_transpose: {channels} input channels in {groups} group(s) do not fit a weight of"
                          f" shape {weight.shape}")
     stride, padding, output_padding, dilation = (
         _per_axis(value, dims, name) for value, name in ((stride, "stride"), (padding, "padding"),
                                                          (output_padding, "output_padding"), (dilation, "dilation")))
+    if groups < 1 or min(stride + dilation) < 1:
+        raise ShapeError(f"conv_transpose: stride {stride}, dilation {dilation} and groups {groups} must be at least 1")
     out = [(size - 1) * s - 2 * p + d * (k - 1) + extra + 1
            for size, s, p, d, k, extra in zip(spatial, stride, padding, dilation, kernel, output_padding)]
     if any(size < 1 for size in out) or any(extra >= max(s, d) for extra, s, d in zip(output_padding, stride,

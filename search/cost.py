@@ -129,8 +129,8 @@ ILLEGAL = KernelCost(math.inf, 0.0, 0.0, 0.0, 0, 0, 0, 0.0, math.inf, "illegal")
 
 
 def corrected(seconds: float, archetype: str, target: Target) -> float:
-    """The model's time for a kernel of `archetype` as refitted to the target's measured kernels (unchanged where
-    none were fitted)."""
+    """The model's time for a kernel of `archetype` (its launch apart) as refitted to the target's measured kernels
+    (unchanged where none were fitted)."""
     for name, scale, power in target.corrections:
         if name == archetype:
             return scale * seconds ** power
@@ -139,14 +139,16 @@ def corrected(seconds: float, archetype: str, target: Target) -> float:
 
 def kernel_features(kernel: Kernel, program: KernelProgram, target: Target) -> dict:
     """A kernel as a kernel-time record keeps it, for the cost model to be refitted from: its archetype, schedule,
-    buffers' shapes and dtypes, and the uncorrected model's account of it."""
+    buffers' shapes and dtypes, and the uncorrected model's account of it (its time without the launch, as kernels
+    are measured; `work_flops` in 16-bit tensor-core products' units for matmuls)."""
     cost = kernel_cost(kernel, program, dataclasses.replace(target, corrections=()))
+
     def described(names: tuple[str, ...]) -> list:
         return [[list(program.buffers[name].shape), program.buffers[name].dtype.value] for name in names]
     return {"archetype": kernel.archetype, "schedule": kernel.schedule.as_dict(), "reads": described(kernel.reads),
-            "writes": described(kernel.writes), "predicted_s": cost.seconds, "dram_bytes": cost.dram_bytes,
-            "cache_bytes": cost.cache_bytes, "flops": cost.flops, "blocks": cost.blocks, "waves": cost.waves,
-            "occupancy": cost.occupancy, "bound": cost.bound}
+            "writes": described(kernel.writes), "predicted_s": cost.seconds - target.launch_s,
+            "dram_bytes": cost.dram_bytes, "cache_bytes": cost.cache_bytes, "work_flops": cost.flops,
+            "blocks": cost.blocks, "waves": cost.waves, "occupancy": cost.occupancy, "bound": cost.bound}
 
 
 class KernelPricing:
@@ -214,8 +216,7 @@ class KernelPricing:
 
         full_time, bound = wave(min(blocks, slots))
         tail_blocks = blocks - (waves - 1) * slots
-        seconds = corrected((waves - 1) * full_time + wave(tail_blocks)[0] + target.launch_s, kernel.archetype,
-                            target)
+        seconds = corrected((waves - 1) * full_time + wave(tail_blocks)[0], kernel.archetype, target) + target.launch_s
         occupancy = min(blocks, slots) / target.sm_count * warps / (target.max_threads_per_sm // WARP)
         return KernelCost(seconds, dram, cache, work.flops, blocks, per_sm, waves, min(1.0, occupancy), critical,
                           bound)

@@ -383,12 +383,13 @@ def _measure_first(run: _Run, found: list[tuple[float, Candidate]]) -> None:
 def _no_slower_than_defaults(run: _Run, winner: Candidate) -> Candidate:
     """Where a GPU measures: the winner's kernels at codegen's default schedules are measured too (most often they
     were already: the beam's first choice), and replace the winner where they ran faster and pass its random tests.
-    The model misprices some schedules, and the defaults were picked from measurements: a search never returns a
-    program slower than its own defaults measured in the same run."""
+    The model misprices some schedules, and the defaults were picked from measurements: a measured winner is never
+    slower than its kernels at their defaults, where those are feasible and, past the search's deadline, already
+    measured."""
     if run.measure is None or winner not in run.measured:
         return winner
     twin = run.space_of(winner).at_defaults(winner.boundaries)
-    if twin is None or twin == winner:
+    if twin is None or twin == winner or (time.monotonic() > run.deadline and twin not in run.measured):
         return winner
     seconds = run.evaluate(twin)
     if seconds is not None and seconds < run.measured[winner] and run.verify(twin):

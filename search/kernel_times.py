@@ -39,6 +39,13 @@ def codegen_fingerprint() -> str:
     return code_digest([Path(codegen.__file__).parent, Path(ir.__file__).parent], repr(nvrtc_version()).encode())
 
 
+@lru_cache(maxsize=1)
+def model_fingerprint() -> str:
+    """A digest of the cost model's code and what it reads (search, codegen, the IR): a record's features are
+    fitted only against the model that made them."""
+    return code_digest([Path(__file__).parent, Path(codegen.__file__).parent, Path(ir.__file__).parent])
+
+
 def kernel_signature(kernel: Kernel, program: KernelProgram, device: str) -> str:
     """What a measured time of `kernel` (as a kernel of `program`) is kept and looked up by."""
     schedule = sorted(kernel.schedule.as_dict().items())
@@ -74,7 +81,8 @@ class KernelTimes:
                 record = json.loads(line)
                 if record["device"] == self.device:
                     self.seconds[str(record["signature"])] = float(record["seconds"])
-                    if isinstance(record.get("features"), dict):
+                    features = record.get("features")
+                    if isinstance(features, dict) and features.get("model") == model_fingerprint():
                         self.records.append(record)
             except (ValueError, KeyError, TypeError):   # a line cut short by a killed writer: ignored
                 continue
@@ -103,7 +111,7 @@ class KernelTimes:
         self.seconds[signature] = seconds
         record = {"device": self.device, "signature": signature, "seconds": seconds, "kernel": kernel.name}
         if self.features is not None:
-            record["features"] = self.features(kernel, program)
+            record["features"] = {**self.features(kernel, program), "model": model_fingerprint()}
             self.records.append(record)
         if self.path is None or self._unwritable:
             return

@@ -36,7 +36,7 @@ import z3
 
 from tensorsmith.codegen import attention
 from tensorsmith.codegen.emit import NotFusable
-from tensorsmith.codegen.matmul import tensor_core_match
+from tensorsmith.codegen.matmul import kernel_matmul
 from tensorsmith.codegen.row_reduce import row_plan, vector_width
 from tensorsmith.codegen.declare import KernelFacts, Point
 from tensorsmith.codegen.spaces import ARCHETYPES
@@ -72,7 +72,7 @@ def kernel_facts(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> KernelFa
         shape = shapes[kernel.writes[0]]
         return KernelFacts("pointwise", shape[-1] if shape else 1, itemsize)
     if kernel.archetype == "matmul":
-        match = next((m for n in kernel.body if n.op == Op.SUM and (m := tensor_core_match(n)) is not None), None)
+        match = kernel_matmul(kernel)
         if match is None:
             raise NotFusable(kernel.outputs[0][1], "the output is not elementwise over one matmul")
         return KernelFacts("matmul", itemsize=itemsize, operand_bytes=match.lhs.dtype.itemsize)

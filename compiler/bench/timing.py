@@ -12,6 +12,7 @@ overhead counts.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -32,11 +33,11 @@ def time_runs(torch: Any, runs: dict[str, Callable[[], object]], queued: frozens
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     launch_ms: dict[str, float] = {}
     for name, run in runs.items():
-        for _ in range(warmup):
+        for _ in range(warmup):   # the quickest warm-up's host time: its launches (a first run may compile)
             torch.cuda.synchronize()
             began = time.perf_counter()
             run()
-            launch_ms[name] = (time.perf_counter() - began) * 1e3   # the last warm-up's: the host's launches
+            launch_ms[name] = min(launch_ms.get(name, math.inf), (time.perf_counter() - began) * 1e3)
     torch.cuda.synchronize()
     sleeps = {name: int(max(MIN_SLEEP_MS, QUEUE_MARGIN * launch_ms.get(name, 0.0)) * SLEEP_CYCLES_PER_MS)
               for name in runs}

@@ -52,7 +52,10 @@ def test_float32_matmul_schedules_never_take_wgmma() -> None:
     shapes = {name: buffer.shape for name, buffer in program.buffers.items()}
     schedule = default_schedule(matmul, shapes)
     assert schedule["wgmma"] == 0 and schedule["bk"] == 32
-    assert kernel_facts(matmul, shapes).operand_bytes == 4
+    facts = kernel_facts(matmul, shapes)
+    assert facts.operand_bytes == 4
+    for target in ("sm90", "sm80"):   # the default is a point of the space on every target (the A100's 163 KiB)
+        assert MATMUL.violation(default_schedule(matmul, shapes, TARGETS[target].arch), facts, TARGETS[target]) is None
 
 
 def test_a_float32_torch_mlp_is_three_kernels_not_fifty() -> None:

@@ -101,9 +101,12 @@ def test_a_transposed_convolution_spreads_each_element_over_its_kernel(shape, we
 
 def test_a_transposed_convolution_without_an_output_says_why() -> None:
     g = ts.Graph("bad")
+    x, w = g.input("x", (1, 2, 4), "float32"), g.input("w", (2, 2, 3), "float32")
     with pytest.raises(ShapeError, match="output_padding"):
-        nn.conv_transpose(g.input("x", (1, 2, 4), "float32"), g.input("w", (2, 2, 3), "float32"), stride=2,
-                          output_padding=2)
+        nn.conv_transpose(x, w, stride=2, output_padding=2)
+    for bad in ({"stride": 0}, {"dilation": 0}, {"groups": 0}):
+        with pytest.raises(ShapeError, match="at least 1|group"):
+            nn.conv_transpose(x, w, **bad)
 
 
 def test_max_and_average_pooling_are_the_max_and_mean_of_each_window(rng) -> None:

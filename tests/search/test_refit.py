@@ -42,8 +42,7 @@ def test_a_biased_archetype_is_corrected_and_judged_on_held_out_records() -> Non
 
 def test_too_few_records_or_a_fit_no_better_leave_the_model_as_it_is() -> None:
     assert refit.fit(_records("matmul", 2.0, refit.MIN_RECORDS - 1)) == []
-    unbiased = refit.fit(_records("row_reduce", 1.0, 40, noise=0.0))
-    assert all(fit.error_after < fit.error_before for fit in unbiased)   # exact already: nothing to gain
+    assert refit.fit(_records("row_reduce", 1.0, 40, noise=0.0)) == []   # exact already: nothing to gain
 
 
 def test_a_correction_changes_only_its_archetypes_prices() -> None:
@@ -52,11 +51,13 @@ def test_a_correction_changes_only_its_archetypes_prices() -> None:
     kernels = [dataclasses.replace(k, schedule=default_schedule(k, shapes)) for k in program.kernels]
     program = dataclasses.replace(program, kernels=kernels)
     corrected = dataclasses.replace(TARGET, corrections=(("matmul", 2.0, 1.0),))
+    launch = TARGET.launch_s    # measured kernel times hold no launch: the fit corrects the rest
     for kernel in kernels:
-        ratio = kernel_seconds(kernel, program, corrected) / kernel_seconds(kernel, program, TARGET)
+        ratio = (kernel_seconds(kernel, program, corrected) - launch) / (kernel_seconds(kernel, program, TARGET)
+                                                                         - launch)
         assert math.isclose(ratio, 2.0 if kernel.archetype == "matmul" else 1.0)
-    assert kernel_features(kernels[0], program, corrected)["predicted_s"] == kernel_seconds(kernels[0], program,
-                                                                                            TARGET)
+    features = kernel_features(kernels[0], program, corrected)
+    assert math.isclose(features["predicted_s"], kernel_seconds(kernels[0], program, TARGET) - launch)
 
 
 def test_records_keep_their_kernels_features_and_are_read_back(tmp_path: Path) -> None:
