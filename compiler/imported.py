@@ -7,6 +7,7 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,8 @@ import numpy as np
 from tensorsmith.ir.dtypes import LARGEST_FINITE, DType
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.node import toposort
+from tensorsmith.ir.ops import Op
 from tensorsmith.ir.tensor import Tensor
 
 from .program import Program
@@ -32,6 +35,9 @@ class ImportedModel:
     bound: dict[str, Any] = field(default_factory=dict)     # graph inputs bound to the model's tensors
     outputs: list[str] = field(default_factory=list)        # graph outputs in the order the model returns them
     folded: dict[tuple, Tensor] = field(default_factory=dict)   # bind_folded's inputs, by shape, dtype and content
+    # the model's own return value from the outputs in order (a transformers ModelOutput); None: one output
+    # alone, several as a tuple
+    structure: Callable[[list[Any]], Any] | None = None
 
     def bind(self, hint: str, value: Any, shape: tuple[int, ...], dtype: DType) -> Tensor:
         """A new graph input named after `hint` (made unique), bound to `value`."""
@@ -46,6 +52,14 @@ class ImportedModel:
         if key not in self.folded:
             self.folded[key] = self.bind(hint, value, shape, dtype)
         return self.folded[key]
+
+    def drop_unread(self) -> None:
+        """Forget the bound inputs no output reads (an operand torch.cat skips, a weight of a branch not taken):
+        they would be copied to the GPU for nothing, and an empty one could not be compiled."""
+        read = {node.arg for node in toposort(self.graph.outputs.values()) if node.op == Op.INPUT}
+        for name in [name for name in self.bound if name not in read]:
+            del self.bound[name], self.graph.inputs[name]
+        self.folded = {key: tensor for key, tensor in self.folded.items() if tensor.node.arg in read}
 
     def argument(self, hint: str, shape: tuple[int, ...], dtype: DType) -> Tensor:
         """A new graph input for one of the model's arguments (named after `hint`, made unique)."""
@@ -107,6 +121,8 @@ class ImportedProgram:
             dtypes = [getattr(torch, self.imported.graph.outputs[name].dtype.value) for name in self.imported.outputs]
             results = [(r if isinstance(r, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(r)))
                        .to(device=device, dtype=dtype) for r, dtype in zip(results, dtypes)]
+        if self.imported.structure is not None:
+            return self.imported.structure(results)
         return results[0] if len(results) == 1 else tuple(results)
 
 

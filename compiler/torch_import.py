@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,19 +48,25 @@ class Folded:
     value: Any     # a torch tensor
 
 
-def from_torch(module: Any, example_inputs: Sequence[Any], **compile_options: Any) -> ImportedProgram:
+def from_torch(module: Any, example_inputs: Sequence[Any], keep_cache: bool = False,
+               **compile_options: Any) -> ImportedProgram:
     """`module` exported with `example_inputs`, lowered, and compiled (`compile_options` as ts.compile takes them).
+    A model that returns a KV cache (transformers' default call, use_cache=True) gives it back with `keep_cache`;
+    else its cache is not computed and comes back as None.
 
     >>> prog = ts.from_torch(model, (x,), budget_s=30); y = prog(x)
     """
     began = time.monotonic()   # the import is inside the budget
-    imported = import_torch(module, example_inputs)
+    imported = import_torch(module, example_inputs, keep_cache=keep_cache)
     return ImportedProgram(imported, ts_compile(imported.graph, **{"began": began, **compile_options}))
 
 
-def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = None) -> ImportedModel:
-    """The tensorsmith graph of `module` (an nn.Module) as torch.export traces it on `example_inputs`."""
+def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = None,
+                 keep_cache: bool = False) -> ImportedModel:
+    """The tensorsmith graph of `module` (an nn.Module) as torch.export traces it on `example_inputs`; the cache
+    tensors of a model's output are outputs only with `keep_cache`."""
     exported = exported_aten(module, example_inputs)
+    returned = ReturnedStructure.of(exported, keep_cache)
     graph = Graph(identifier(name or type(module).__name__))
     imported = ImportedModel(graph)
     state = {**exported.state_dict, **exported.constants}
@@ -79,11 +85,61 @@ def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = 
             if unsupported:
                 listed = "; ".join(f"{op} (at {line})" for op, line in unsupported.items())
                 raise TorchImportError(f"{type(module).__name__} uses ATen ops tensorsmith cannot lower yet: {listed}")
-            for position, result in enumerate(results):
-                out = "y" if len(results) == 1 else f"y{position}"
-                graph.output(out, _tensor(values[result.name], imported, f"output {out}"))
-                imported.outputs.append(out)
+            for out, result in zip(returned.names, results):
+                if out is not None:
+                    graph.output(out, _tensor(values[result.name], imported, f"output {out}"))
+                    imported.outputs.append(out)
+    imported.drop_unread()
+    imported.structure = returned.rebuild if returned.structured else None
     return imported
+
+
+@dataclass(frozen=True)
+class ReturnedStructure:
+    """What the module returns, as torch.export flattened it: each leaf's output name (None: a cache leaf not
+    computed), and the means to build the module's own return value (a transformers ModelOutput) from them."""
+
+    spec: Any                            # torch.export's output TreeSpec
+    names: tuple[str | None, ...]
+    structured: bool                     # a mapping (ModelOutput), not a tensor or a tuple of them
+
+    @classmethod
+    def of(cls, exported: Any, keep_cache: bool) -> "ReturnedStructure":
+        import torch
+        import torch.utils._pytree as pytree
+        spec = exported.call_spec.out_spec
+        marks = [torch.empty(0) for _ in range(spec.num_leaves)]   # a tensor each: caches flatten only tensors
+        position = {id(mark): i for i, mark in enumerate(marks)}
+        returned = pytree.tree_unflatten(marks, spec)
+        if not isinstance(returned, Mapping):
+            names = ["y"] if len(marks) == 1 else [f"y{i}" for i in range(len(marks))]
+            return cls(spec, tuple(names), False)
+        names: list[str | None] = [None] * len(marks)
+        for key, value in returned.items():
+            leaves = [position[id(leaf)] for leaf in pytree.tree_leaves(value) if id(leaf) in position]
+            for j, leaf in enumerate(leaves):
+                kept = keep_cache or not _is_cache(value)
+                names[leaf] = identifier(key if len(leaves) == 1 else f"{key}_{j}") if kept else None
+        return cls(spec, tuple(names), True)
+
+    def rebuild(self, results: Sequence[Any]) -> Any:
+        """The module's return value from the program's outputs (in the order of the kept names); a cache not
+        computed is None."""
+        import torch.utils._pytree as pytree
+        kept = iter(results)
+        leaves = [next(kept) if name is not None else None for name in self.names]
+        if None not in leaves:
+            return pytree.tree_unflatten(leaves, self.spec)
+        marks = pytree.tree_unflatten(leaves, self.spec)   # caches of None, emptied below
+        for key, value in list(marks.items()):
+            if _is_cache(value):
+                marks[key] = None
+        return marks
+
+
+def _is_cache(value: Any) -> bool:
+    """transformers' rule for a cache object: a class named *Cache (DynamicCache, StaticCache, ...)."""
+    return type(value).__name__.endswith("Cache")
 
 
 def exported_aten(module: Any, example_inputs: Sequence[Any]) -> Any:
@@ -92,11 +148,24 @@ def exported_aten(module: Any, example_inputs: Sequence[Any]) -> Any:
         import torch
     except ImportError:
         raise TorchImportError("importing a PyTorch module needs PyTorch: pip install torch") from None
+    _register_transformers_caches(module)
     try:
         return torch.export.export(module, tuple(example_inputs)).run_decompositions()
     except Exception as err:   # torch raises many kinds; the user needs its message, in one line
         raise TorchImportError(f"torch.export could not export {type(module).__name__}: "
                                f"{str(err).strip().splitlines()[0]}") from None
+
+
+def _register_transformers_caches(module: Any) -> None:
+    """transformers' own pytree registration of its cache classes, where it has one (5.x), so that a model called
+    as it is by default (use_cache=True), whose output holds a DynamicCache, exports."""
+    if "transformers" not in sys.modules:   # no transformers model, and its import is slow
+        return
+    try:
+        from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+    except ImportError:
+        return
+    register_cache_pytrees_for_model(module)
 
 
 def _placeholder(imported: ImportedModel, node: Any, spec: Any, state: dict[str, Any]) -> Tensor | Folded:
@@ -480,6 +549,13 @@ def _reshape(node: Any, x: Tensor, *_: Any, **__: Any) -> Tensor:
     return x.reshape(_shape(node))
 
 
+def _cat(node: Any, tensors: list[Tensor], dim: int = 0) -> Tensor:
+    """torch.cat, which skips 1-D operands of size 0 (a cache that starts empty, as transformers' DynamicCache
+    does) whatever the others' rank."""
+    joined = [t for t in tensors if t.shape != (0,)]
+    return nn.concat(joined or tensors[:1], dim)
+
+
 LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.view.default": _reshape, "aten._unsafe_view.default": _reshape, "aten.reshape.default": _reshape,
     "aten.unsqueeze.default": _reshape, "aten.squeeze.dim": _reshape, "aten.squeeze.dims": _reshape,
@@ -489,7 +565,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.transpose.int": lambda node, x, a, b: x.transpose(a, b),
     "aten.expand.default": _expand,
     "aten.slice.Tensor": _slice,
-    "aten.cat.default": lambda node, tensors, dim=0: nn.concat(tensors, dim),
+    "aten.cat.default": _cat,
     "aten.split_with_sizes.default": _split,
     "aten.split.Tensor": lambda node, x, size, dim=0: _split(node, x, [min(size, x.shape[dim] - s) for s in
                                                                      range(0, x.shape[dim], size)], dim),

@@ -280,10 +280,73 @@ def test_bert_with_its_attention_mask_and_pooler_matches_eager() -> None:
     ids = torch.randint(0, 500, (2, 16))
     mask[0, 12:] = 0
     with torch.no_grad():
-        hidden, pooled = program(ids, mask)
-        reference = model(ids, mask)
-    assert _relative(hidden, reference.last_hidden_state) < 1e-5
-    assert _relative(pooled, reference.pooler_output) < 1e-5
+        ours, reference = program(ids, mask), model(ids, mask)
+    assert type(ours) is type(reference)   # called as the model is: its ModelOutput, by field
+    assert _relative(ours.last_hidden_state, reference.last_hidden_state) < 1e-5
+    assert _relative(ours.pooler_output, reference.pooler_output) < 1e-5
+
+
+def _causal_lm(family: str):
+    """A two-layer causal LM of `family` with random weights, as transformers builds it."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    small = dict(hidden_size=64, num_attention_heads=4, vocab_size=100, num_hidden_layers=2)
+    decoder = dict(small, intermediate_size=128, max_position_embeddings=64)
+    configs = {
+        "llama": (transformers.LlamaConfig, dict(decoder, num_key_value_heads=2)),
+        "gemma2": (transformers.Gemma2Config, dict(decoder, num_key_value_heads=2, head_dim=16)),
+        "opt": (transformers.OPTConfig, dict(small, ffn_dim=128, word_embed_proj_dim=64, max_position_embeddings=64)),
+        "falcon": (transformers.FalconConfig, small),
+        "gpt_neox": (transformers.GPTNeoXConfig, decoder),
+    }
+    config, options = configs[family]
+    model_class = getattr(transformers, {"llama": "LlamaForCausalLM", "gemma2": "Gemma2ForCausalLM",
+                                         "opt": "OPTForCausalLM", "falcon": "FalconForCausalLM",
+                                         "gpt_neox": "GPTNeoXForCausalLM"}[family])
+    return model_class(config(**options)).eval()
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2", "opt", "falcon", "gpt_neox"])
+def test_a_causal_lm_imports_from_its_default_call(family: str) -> None:
+    """model(ids) with its default use_cache=True: the cache starts as empty 1-D tensors that torch.cat skips, and
+    the output holds a DynamicCache. The logits match; the cache, not asked for, is neither computed nor returned."""
+    model = _causal_lm(family)
+    program = from_torch(model, (torch.randint(0, 100, (1, 8)),), profile=False, **QUICK)
+    assert program.imported.outputs == ["logits"]
+    assert all(0 not in node.shape for node in program.graph.inputs.values())
+    ids = torch.randint(0, 100, (1, 8))
+    with torch.no_grad():
+        ours, reference = program(ids), model(ids)
+    assert type(ours) is type(reference) and ours.cache is None
+    assert _relative(ours.logits, reference.logits) < 1e-5
+
+
+def test_a_causal_lms_cache_comes_back_with_keep_cache() -> None:
+    """keep_cache=True: the keys and values of every layer are outputs, returned in the model's own cache."""
+    model = _causal_lm("llama")
+    program = from_torch(model, (torch.randint(0, 100, (1, 8)),), keep_cache=True, profile=False, **QUICK)
+    ids = torch.randint(0, 100, (1, 8))
+    with torch.no_grad():
+        ours, reference = program(ids), model(ids)
+    assert type(ours.cache) is type(reference.cache) and ours.cache.get_seq_length() == 8
+    for layer, expected in zip(ours.cache.layers, reference.cache.layers, strict=True):
+        assert _relative(layer.keys, expected.keys) < 1e-5 and _relative(layer.values, expected.values) < 1e-5
+    assert _relative(ours.logits, reference.logits) < 1e-5
+
+
+def test_cat_skips_empty_1d_operands_as_torch_does() -> None:
+    """torch.cat([empty (0,), x], dim=-2) is x whatever x's rank; the empty operand leaves no input behind."""
+    class Grown(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("past", torch.tensor([]))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cat([self.past, x, torch.tensor([])], dim=-2) * 2
+    module, x = Grown(), torch.randn(1, 2, 4, 8)
+    program = from_torch(module, (x,), profile=False, **QUICK)
+    assert all(0 not in node.shape for node in program.graph.inputs.values())
+    x = torch.randn(1, 2, 4, 8)
+    assert _relative(program(x), module(x)) < 1e-6
 
 
 def test_without_torch_the_import_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
