@@ -26,6 +26,7 @@ from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
 from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
+from .joined_products import joined_products
 from .pipeline import compile as ts_compile
 
 
@@ -73,13 +74,17 @@ def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = 
     sources = {spec.arg.name: spec for spec in exported.graph_signature.input_specs}
     values: dict[str, Any] = {}
     unsupported: dict[str, str] = {}
+    joined = joined_products(exported)
     for node in exported.graph.nodes:
         if node.op == "placeholder":
             values[node.name] = _placeholder(imported, node, sources[node.name], state)
         elif node.op == "call_function":
             where = where_of(node)
             with located(where, _api(node.target)):
-                values[node.name] = _lower(node, values, imported, unsupported, where)
+                group = joined.get(node.name)
+                value = group.member(node, values, imported, state) if group is not None else None
+                values[node.name] = value if value is not None else _lower(node, values, imported, unsupported,
+                                                                           where)
         elif node.op == "output":
             results = node.args[0] if isinstance(node.args[0], (tuple, list)) else [node.args[0]]
             if unsupported:

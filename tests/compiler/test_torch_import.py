@@ -486,3 +486,42 @@ def test_pooling_sizes_given_once_stand_for_every_pooled_axis() -> None:
     program = from_torch(Pools(), (x, v), profile=False, **QUICK)
     for ours, theirs in zip(program(x, v), Pools()(x, v)):
         assert ours.shape == theirs.shape and _relative(ours, theirs) < 1e-6
+
+
+def test_products_of_one_input_with_several_weights_are_joined_into_one() -> None:
+    """q, k and v of one input become one product over their weights concatenated at import (biased ones apart from
+    unbiased ones), each taking its columns; the members' own weights are dropped; a weight used twice, or products
+    of different inputs, stay apart. The result matches eager."""
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.k, self.v = (torch.nn.Linear(32, n, bias=False) for n in (32, 16, 16))
+            self.gate, self.up = torch.nn.Linear(32, 24), torch.nn.Linear(32, 24)
+            self.tied = torch.nn.Linear(32, 8, bias=False)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            q, k, v = self.q(x), self.k(x), self.v(x)
+            return (q[..., :16] * k + v, F.silu(self.gate(x)) * self.up(x),
+                    self.tied(y) + F.linear(y, self.tied.weight), self.k(y))
+    module, x, y = Attention(), torch.randn(2, 6, 32), torch.randn(2, 6, 32)
+    imported = import_torch(module, (x, y))
+    weights = sorted(name for name in imported.bound if name.endswith(("weight", "bias")))
+    assert weights == ["gate_up_bias", "gate_up_weight", "k_weight", "q_k_v_weight", "tied_weight"]
+    assert imported.bound["q_k_v_weight"].shape == (64, 32)
+    program = from_torch(module, (x, y), profile=False, **QUICK)
+    x, y = torch.randn(2, 6, 32), torch.randn(2, 6, 32)
+    with torch.no_grad():
+        for ours, theirs in zip(program(x, y), module(x, y), strict=True):
+            assert _relative(ours, theirs) < 1e-6
+
+
+def test_a_llama_layers_products_are_two_joined_ones() -> None:
+    """A Hugging Face Llama layer: q, k and v as one product, gate and up as one (o and down stay alone)."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=100, num_hidden_layers=1)
+    imported = import_torch(transformers.LlamaForCausalLM(config).eval(), (torch.randint(0, 100, (1, 8)),))
+    joined = [name for name in imported.bound if name.startswith("model_layers_0") and "proj" in name]
+    assert sorted(joined) == ["model_layers_0_mlp_down_proj_weight", "model_layers_0_mlp_gate_proj_up_proj_weight",
+                              "model_layers_0_self_attn_o_proj_weight",
+                              "model_layers_0_self_attn_q_proj_k_proj_v_proj_weight"]
