@@ -8,13 +8,14 @@ came from (torch.export's stack trace). An op with no lowering is reported once,
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 import os
 import re
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,8 @@ def exported_aten(module: Any, example_inputs: Sequence[Any]) -> Any:
         raise TorchImportError("importing a PyTorch module needs PyTorch: pip install torch") from None
     _register_transformers_caches(module)
     try:
-        return torch.export.export(module, tuple(example_inputs)).run_decompositions()
+        with _exportable_experts(module):
+            return torch.export.export(module, tuple(example_inputs)).run_decompositions()
     except Exception as err:   # torch raises many kinds; the user needs its message, in one line
         raise TorchImportError(f"torch.export could not export {type(module).__name__}: "
                                f"{str(err).strip().splitlines()[0]}") from None
@@ -171,6 +173,25 @@ def _register_transformers_caches(module: Any) -> None:
     except ImportError:
         return
     register_cache_pytrees_for_model(module)
+
+
+@contextlib.contextmanager
+def _exportable_experts(module: Any) -> Iterator[None]:
+    """transformers' mixture-of-experts layers switched, for the export, to their "batched_mm" form: every routed
+    (token, expert) pair's product over its expert's gathered weights, shapes known in advance. Their default
+    groups tokens by expert (sort, histogram, grouped products of sizes known only at run time), which has no
+    static-shape graph. Same arithmetic; the module is given back as it was."""
+    configs = {id(c): c for m in module.modules() if (c := getattr(m, "config", None)) is not None
+               and getattr(c, "_experts_implementation", None) not in (None, "batched_mm")} \
+        if hasattr(module, "modules") else {}
+    saved = {key: config._experts_implementation for key, config in configs.items()}
+    try:
+        for config in configs.values():
+            config._experts_implementation = "batched_mm"
+        yield
+    finally:
+        for key, config in configs.items():
+            config._experts_implementation = saved[key]
 
 
 def _placeholder(imported: ImportedModel, node: Any, spec: Any, state: dict[str, Any]) -> Tensor | Folded:
@@ -572,6 +593,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.slice.Tensor": _slice,
     "aten.cat.default": _cat,
     "aten.split_with_sizes.default": _split,
+    "aten.topk.default": lambda node, x, k, dim=-1, largest=True, sorted=True: nn.topk(x, k, dim, largest),
     "aten.split.Tensor": lambda node, x, size, dim=0: _split(node, x, [min(size, x.shape[dim] - s) for s in
                                                                      range(0, x.shape[dim], size)], dim),
     "getitem": lambda node, values, index: values[index],

@@ -5,13 +5,13 @@ import math
 
 from collections.abc import Sequence
 
-from .dtypes import DType
+from .dtypes import LARGEST_FINITE, DType
 from .errors import DTypeError, ShapeError, user_location
 from .primitives import normalize_axis
 from .tensor import Tensor, broadcast_shapes, concat, constant, equal, iota, matmul, maximum, where
 from .windows import adaptive_avg_pool, avg_pool, conv, conv_transpose, max_pool
 
-__all__ = ["relu", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
+__all__ = ["relu", "topk", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
            "rms_norm", "linear", "causal_mask", "attention", "rope", "matmul", "maximum", "minimum", "clamp", "power",
            "concat", "split", "embedding", "take", "index", "var", "std", "argmax", "argmin", "cumsum", "where", "constant", "iota",
            "conv", "conv_transpose", "max_pool", "avg_pool", "adaptive_avg_pool", "batch_norm"]
@@ -272,6 +272,28 @@ def argmax(x: Tensor, axis: int = -1, keepdim: bool = False) -> Tensor:
 def argmin(x: Tensor, axis: int = -1, keepdim: bool = False) -> Tensor:
     """The first index of the smallest value along `axis`, as int32."""
     return _first_index(x, -((-x).max(axis, keepdim=True)), axis, keepdim)
+
+
+def topk(x: Tensor, k: int, axis: int = -1, largest: bool = True) -> tuple[Tensor, Tensor]:
+    """The k largest (or smallest) values along `axis`, largest first (smallest first), and their indices as int32
+    (of equal values, the lesser index first, as argmax takes them): k rounds of a max, each taking the first index
+    of its value out of the next. Work grows with k: for the small k of routing (2 of 8 experts), not a sort."""
+    axis = normalize_axis(axis, x.ndim, "topk", [x.node])
+    n = x.shape[axis]
+    if not isinstance(k, int) or not 1 <= k <= n:
+        raise ShapeError(f"topk: k = {k!r} must be between 1 and the axis' size {n} at {user_location()}")
+    rest = x if largest else -x
+    taken = LARGEST_FINITE.get(x.dtype, 2 ** 31 - 1)   # a finite stand-in for -inf: where() blends both sides
+    index = iota(x.shape, axis).cast("float32")
+    values, indices = [], []
+    for _ in range(k):
+        top = rest.max(axis, keepdim=True)
+        first = -((-where(equal(rest, top.expand(x.shape)), index, float(n))).max(axis, keepdim=True))
+        values.append(top)
+        indices.append(first)
+        rest = where(equal(index, first.expand(x.shape)), -taken, rest)
+    chosen = concat(values, axis)
+    return chosen if largest else -chosen, concat(indices, axis).cast("int32")
 
 
 def _first_index(x: Tensor, extreme: Tensor, axis: int, keepdim: bool) -> Tensor:

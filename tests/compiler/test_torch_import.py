@@ -525,3 +525,22 @@ def test_a_llama_layers_products_are_two_joined_ones() -> None:
     assert sorted(joined) == ["model_layers_0_mlp_down_proj_weight", "model_layers_0_mlp_gate_proj_up_proj_weight",
                               "model_layers_0_self_attn_o_proj_weight",
                               "model_layers_0_self_attn_q_proj_k_proj_v_proj_weight"]
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+def test_a_mixture_of_experts_imports_from_its_default_call_and_matches_eager(family: str) -> None:
+    """Routing by topk, each routed pair's product over its expert's gathered weights (transformers' batched_mm
+    form, to which the export switches the experts and back); a shared expert and its gate for Qwen2-MoE."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    decoder = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                   vocab_size=100, num_hidden_layers=2, max_position_embeddings=64, num_experts_per_tok=2)
+    model = (transformers.MixtralForCausalLM(transformers.MixtralConfig(**decoder, num_local_experts=4))
+             if family == "mixtral" else
+             transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+                 **decoder, num_experts=8, moe_intermediate_size=32, shared_expert_intermediate_size=64))).eval()
+    before = model.config._experts_implementation
+    program = from_torch(model, (torch.randint(0, 100, (1, 8)),), profile=False, **QUICK)
+    assert model.config._experts_implementation == before     # the module is given back as it was
+    ids = torch.randint(0, 100, (1, 8))
+    with torch.no_grad():
+        assert _relative(program(ids).logits, model(ids).logits) < 1e-5

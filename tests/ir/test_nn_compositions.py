@@ -9,6 +9,7 @@ import pytest
 
 import tensorsmith as ts
 from tensorsmith import nn
+from tensorsmith.ir.errors import ShapeError
 
 RNG = np.random.default_rng(0)
 
@@ -71,3 +72,19 @@ def test_var_std_argmax_argmin_and_cumsum_equal_numpys() -> None:
     assert np.array_equal(_run(lambda x: nn.argmin(x, axis=0), x=x), np.argmin(x, axis=0))
     assert np.allclose(_run(lambda x: nn.cumsum(x, axis=0), x=x), np.cumsum(x64, axis=0), rtol=1e-12)
     assert np.allclose(_run(lambda x: nn.cumsum(x, axis=1), x=x), np.cumsum(x64, axis=1), rtol=1e-12)
+
+
+def test_topk_gives_the_k_extremes_in_order_with_the_first_index_of_ties() -> None:
+    """Against a stable numpy sort: the k largest descending (smallest ascending), ties by the lesser index."""
+    x = RNG.standard_normal((6, 9)).astype(np.float32)
+    x[1, 2] = x[1, 7] = x[1].max() + 1.0              # a tie at the top: index 2 before 7
+    x[4, 0] = x[4, 5] = x[4].min() - 1.0              # a tie at the bottom: index 0 before 5
+    for largest in (True, False):
+        order = np.argsort(-x if largest else x, axis=1, kind="stable")[:, :3]
+        values = _run(lambda x: nn.topk(x, 3, axis=1, largest=largest)[0], x=x)
+        indices = _run(lambda x: nn.topk(x, 3, axis=1, largest=largest)[1], x=x)
+        assert np.array_equal(indices, order) and np.array_equal(values, np.take_along_axis(x, order, axis=1))
+    columns = _run(lambda x: nn.topk(x, 2, axis=0)[1], x=x)      # along another axis
+    assert np.array_equal(columns, np.argsort(-x, axis=0, kind="stable")[:2])
+    with pytest.raises(ShapeError, match="topk: k = 10"):
+        nn.topk(ts.Graph("g").input("x", (6, 9), "float32"), 10)
