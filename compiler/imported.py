@@ -38,6 +38,8 @@ class ImportedModel:
     # the model's own return value from the outputs in order (a transformers ModelOutput); None: one output
     # alone, several as a tuple
     structure: Callable[[list[Any]], Any] | None = None
+    updates: dict[str, str] = field(default_factory=dict)   # output -> the argument it changes in place
+    in_spec: Any = None                  # torch.export's spec of the arguments: a cache object given whole
 
     def bind(self, hint: str, value: Any, shape: tuple[int, ...], dtype: DType) -> Tensor:
         """A new graph input named after `hint` (made unique), bound to `value`."""
@@ -104,7 +106,7 @@ class ImportedProgram:
     def __call__(self, *args: Any, device: str | None = None, **named: Any) -> Any:
         """The model's outputs for its arguments, given in order or by the names its `forward` (or the ONNX graph)
         gives them; `device` as `Program.__call__` takes it ("cpu" runs the kernels' program in numpy)."""
-        args = self._arguments(args, named)
+        args = self._arguments(*self._flattened(args, named))
         torch = _torch_if_used(args)
         on_gpu = torch is not None and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
         if on_gpu and device == "cpu":
@@ -115,6 +117,9 @@ class ImportedProgram:
         inputs = {name: _as_input(value, self.imported.graph.inputs[name].dtype, on_gpu)
                   for name, value in zip(self.imported.arguments, args)}
         outputs = self.program(**inputs, **self._bound[on_gpu], device=device)
+        position = {name: i for i, name in enumerate(self.imported.arguments)}
+        for out, argument in self.imported.updates.items():   # the caller's tensor changed in place, as the model's
+            _write_back(args[position[argument]], outputs[out])
         results = [outputs[name] for name in self.imported.outputs]
         if torch is not None:   # in the model's dtypes (bfloat16 comes back from numpy as float32)
             device = next(a.device for a in args if isinstance(a, torch.Tensor))
@@ -133,6 +138,15 @@ class ImportedProgram:
                  for name, value in self.imported.bound.items()}
         return dataclasses.replace(self.program, bound=bound).save(path, force)
 
+    def _flattened(self, args: tuple[Any, ...], named: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments as tensors, where they were given as the module takes them (a transformers cache object
+        whole, as torch.export flattened it); else as given."""
+        if self.imported.in_spec is None or len(args) + len(named) == len(self.imported.arguments):
+            return args, named
+        import torch.utils._pytree as pytree
+        leaves, spec = pytree.tree_flatten((args, named))
+        return (tuple(leaves), {}) if spec == self.imported.in_spec else (args, named)
+
     def _arguments(self, args: tuple[Any, ...], named: dict[str, Any]) -> tuple[Any, ...]:
         """The arguments in the model's order, from those given in order and by name; or one error naming them."""
         names = self.imported.arguments
@@ -147,6 +161,19 @@ class ImportedProgram:
             raise ModelImportError(f"this program takes the arguments ({', '.join(names)}), as the model was imported"
                                    f" with: {'; '.join(p for p in problems if p)}")
         return tuple({**given, **named}[name] for name in names)
+
+
+def _write_back(argument: Any, value: Any) -> None:
+    """An argument the model changes in place given its new value: a torch tensor or numpy array, written over."""
+    torch = _torch_if_used((argument,))
+    if torch is not None:
+        value = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(value))
+        argument.copy_(value.reshape(argument.shape))
+    elif isinstance(argument, np.ndarray):
+        np.copyto(argument, np.reshape(value, argument.shape), casting="unsafe")
+    else:
+        raise ModelImportError(f"an argument the model changes in place must be a tensor or array that the call "
+                               f"can write into, got {type(argument).__name__}")
 
 
 def _torch_if_used(args: tuple[Any, ...]) -> Any:

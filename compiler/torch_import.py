@@ -91,13 +91,33 @@ def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = 
             if unsupported:
                 listed = "; ".join(f"{op} (at {line})" for op, line in unsupported.items())
                 raise TorchImportError(f"{type(module).__name__} uses ATen ops tensorsmith cannot lower yet: {listed}")
-            for out, result in zip(returned.names, results):
-                if out is not None:
-                    graph.output(out, _tensor(values[result.name], imported, f"output {out}"))
-                    imported.outputs.append(out)
+            _outputs(module, exported, returned, results, values, imported)
     imported.drop_unread()
     imported.structure = returned.rebuild if returned.structured else None
+    imported.in_spec = exported.call_spec.in_spec
     return imported
+
+
+def _outputs(module: Any, exported: Any, returned: "ReturnedStructure", results: Sequence[Any],
+             values: dict[str, Any], imported: ImportedModel) -> None:
+    """The graph's outputs: what the module returns (but a cache not asked for), and the new value of each argument
+    it changes in place (a static KV cache), which the call writes back into the caller's tensor."""
+    user = iter(returned.names)
+    for spec, result in zip(exported.graph_signature.output_specs, results, strict=True):
+        kind = spec.kind.name
+        if kind == "USER_OUTPUT":
+            out = next(user)
+        elif kind == "USER_INPUT_MUTATION":
+            argument = values[spec.target].node.arg
+            out = f"{argument}_updated"
+            imported.updates[out] = argument
+        else:
+            raise TorchImportError(f"{type(module).__name__} changes {spec.target!r} in place ({kind}): only its "
+                                   f"arguments may be changed in place yet")
+        if out is not None:
+            imported.graph.output(out, _tensor(values[result.name], imported, f"output {out}"))
+            if kind == "USER_OUTPUT":
+                imported.outputs.append(out)
 
 
 @dataclass(frozen=True)
@@ -155,6 +175,7 @@ def exported_aten(module: Any, example_inputs: Sequence[Any]) -> Any:
     except ImportError:
         raise TorchImportError("importing a PyTorch module needs PyTorch: pip install torch") from None
     _register_transformers_caches(module)
+    _check_caches_initialized(example_inputs)
     try:
         with _exportable_experts(module):
             return torch.export.export(module, tuple(example_inputs)).run_decompositions()
@@ -173,6 +194,17 @@ def _register_transformers_caches(module: Any) -> None:
     except ImportError:
         return
     register_cache_pytrees_for_model(module)
+
+
+def _check_caches_initialized(example_inputs: Sequence[Any]) -> None:
+    """A transformers cache given as an argument must hold its tensors already: one that allocates them on its first
+    update would allocate them inside the export, and the program would have none to write."""
+    for position, value in enumerate(example_inputs):
+        layers = getattr(value, "layers", None) if _is_cache(value) else None
+        if layers and not all(getattr(layer, "is_initialized", True) for layer in layers):
+            raise TorchImportError(f"argument {position} is a {type(value).__name__} whose tensors are not allocated "
+                                   f"yet: call its early_initialization(batch_size, num_kv_heads, head_dim, dtype, "
+                                   f"device) before importing, as torch.export needs")
 
 
 @contextlib.contextmanager
@@ -387,6 +419,16 @@ def _index(node: Any, x: Tensor, indices: Sequence[Any]) -> Tensor:
         raise TorchImportError(f"aten.index.Tensor with {kinds}: only integer ids on consecutive axes are supported;"
                                f" boolean masks and ids on axes apart are not yet")
     return nn.index(x, [ids for _, ids in given], axes[0], wrap=True)   # x[-1] is the last row, as in PyTorch
+
+
+def _index_put(node: Any, x: Tensor, indices: Sequence[Any], values: Tensor, accumulate: bool = False) -> Tensor:
+    """x[..., ids, ...] = values for one 1-D tensor of ids (a static KV cache written at its positions)."""
+    given = [(axis, ids) for axis, ids in enumerate(indices) if ids is not None]
+    if accumulate or len(given) != 1 or given[0][1].ndim != 1 or given[0][1].dtype != DType.INT32:
+        raise TorchImportError("aten.index_put with ids on several axes, ids of more than one axis of their own, or "
+                               "accumulate=True: only one 1-D integer id tensor, written over, is supported yet")
+    axis, ids = given[0]
+    return nn.put(x, ids, values, axis, wrap=True)
 
 
 def _split(node: Any, x: Tensor, sizes: Sequence[int], dim: int = 0) -> list[Tensor]:
@@ -644,6 +686,8 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.embedding.default": lambda node, weight, ids, *_: nn.embedding(weight, ids),
     "aten.index_select.default": lambda node, x, dim, index: nn.take(x, index, dim),
     "aten.index.Tensor": _index, "aten.select.int": _select,
+    "aten.index_put.default": _index_put,
+    "aten.index_copy.default": lambda node, x, dim, ids, values: nn.put(x, ids, values, dim, wrap=True),
     "aten.remainder.Scalar": _remainder, "aten.remainder.Tensor": _remainder,
     "aten.fmod.Scalar": lambda node, a, b: a % _scalar(b), "aten.fmod.Tensor": lambda node, a, b: a % _scalar(b),
     "aten.var.correction": _variance(root=False), "aten.std.correction": _variance(root=True),

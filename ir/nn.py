@@ -11,7 +11,7 @@ from .primitives import normalize_axis
 from .tensor import Tensor, broadcast_shapes, concat, constant, equal, iota, matmul, maximum, where
 from .windows import adaptive_avg_pool, avg_pool, conv, conv_transpose, max_pool
 
-__all__ = ["relu", "topk", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
+__all__ = ["relu", "topk", "put", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
            "rms_norm", "linear", "causal_mask", "attention", "rope", "matmul", "maximum", "minimum", "clamp", "power",
            "concat", "split", "embedding", "take", "index", "var", "std", "argmax", "argmin", "cumsum", "where", "constant", "iota",
            "conv", "conv_transpose", "max_pool", "avg_pool", "adaptive_avg_pool", "batch_norm"]
@@ -248,6 +248,26 @@ def index(x: Tensor, ids: Sequence[Tensor], axis: int = 0, wrap: bool = False) -
     assert offset is not None
     flat = x.reshape(x.shape[:axis] + (math.prod(sizes),) + x.shape[axis + len(ids):])
     return take(flat, offset, axis)
+
+
+def put(x: Tensor, ids: Tensor, values: Tensor, axis: int = 0, wrap: bool = False) -> Tensor:
+    """x with x[..., ids[j], ...] = values[..., j, ...] along `axis` (1-D int32 ids; PyTorch's index_put and
+    index_copy, a KV cache written at its positions): a one-hot product places the values, a mask keeps x where no
+    id points. Of ids given twice the values add up (PyTorch leaves that case undefined). `wrap` as `take` has it."""
+    axis = normalize_axis(axis, x.ndim, "put", [x.node])
+    n = x.shape[axis]
+    if ids.ndim != 1 or ids.dtype != DType.INT32:
+        raise ShapeError(f"put: ids must be 1-D int32, got {ids.shape} {ids.dtype} at {user_location()}")
+    target = x.shape[:axis] + ids.shape + x.shape[axis + 1:]
+    values = values.expand(broadcast_shapes(values.shape, target, "put")).cast(x.dtype)
+    if wrap:
+        ids = where(ids < 0, ids + n, ids)
+    hot = equal(iota((n, ids.shape[0]), 0), ids.reshape(1, -1).expand((n, ids.shape[0])))      # (n, len(ids))
+    last = [a for a in range(x.ndim) if a != axis] + [axis]
+    placed = matmul(values.permute(*last), hot.cast(x.dtype).transpose(0, 1))    # the axis last, placed at the ids
+    back = [last.index(a) for a in range(x.ndim)]
+    covered = hot.cast("int32").max(1).cast(DType.BOOL).reshape((1,) * axis + (n,) + (1,) * (x.ndim - axis - 1))
+    return where(covered.expand(x.shape), placed.permute(*back), x)
 
 
 def var(x: Tensor, axis: int = -1, correction: int = 1, keepdim: bool = False) -> Tensor:

@@ -544,3 +544,51 @@ def test_a_mixture_of_experts_imports_from_its_default_call_and_matches_eager(fa
     ids = torch.randint(0, 100, (1, 8))
     with torch.no_grad():
         assert _relative(program(ids).logits, model(ids).logits) < 1e-5
+
+
+class _CacheStep(torch.nn.Module):
+    """One call of a causal LM over a static cache, as a generate loop makes it: the last position's logits."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, position: torch.Tensor, cache: object) -> torch.Tensor:
+        return self.model(input_ids=ids, past_key_values=cache, cache_position=position).logits[:, -1]
+
+
+def test_a_greedy_loop_over_a_static_cache_gives_generates_tokens() -> None:
+    """A prefill program and a one-token decode program over transformers' StaticCache: 32 greedy tokens equal to
+    model.generate's with a static cache, token for token; each call writes the cache it is given (the caller's
+    tensors, same data pointers)."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    model = _causal_lm("llama")
+    model.generation_config.eos_token_id = None          # 32 tokens, past any end of sequence
+    prompt, new = 8, 32
+
+    def fresh_cache() -> object:
+        cache = transformers.StaticCache(config=model.config, max_cache_len=prompt + new)
+        cache.early_initialization(1, 2, 16, torch.float32, "cpu")
+        return cache
+    step, ids = _CacheStep(model), torch.randint(0, 100, (1, prompt))
+    prefill = from_torch(step, (ids, torch.arange(prompt), fresh_cache()), profile=False, **QUICK)
+    decode = from_torch(step, (ids[:, :1], torch.tensor([prompt]), fresh_cache()), profile=False, **QUICK)
+    cache = fresh_cache()
+    pointers = [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers]
+    with torch.no_grad():
+        tokens = [prefill(ids, torch.arange(prompt), cache).argmax(-1, keepdim=True)]
+        for i in range(new - 1):
+            tokens.append(decode(tokens[-1], torch.tensor([prompt + i]), cache).argmax(-1, keepdim=True))
+        expected = model.generate(ids, max_new_tokens=new, do_sample=False, cache_implementation="static")
+    assert torch.equal(torch.cat(tokens, dim=1), expected[:, prompt:])
+    assert [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers] == pointers
+    assert int(cache.layers[0].cumulative_length) == prompt + new - 1
+    assert cache.layers[0].keys[0, :, prompt + new - 2].abs().sum() > 0         # the last step's keys, written
+
+
+def test_a_static_cache_not_yet_allocated_is_one_clear_error() -> None:
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    model = _causal_lm("llama")
+    cache = transformers.StaticCache(config=model.config, max_cache_len=16)
+    with pytest.raises(TorchImportError, match="early_initialization"):
+        import_torch(_CacheStep(model), (torch.randint(0, 100, (1, 4)), torch.arange(4), cache))
