@@ -311,3 +311,32 @@ def test_transposed_convolutions_match_the_reference() -> None:
                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], {"w2": weights["w2"]})
     with pytest.raises(OnnxImportError, match="output_shape"):
         from_onnx(shaped, **QUICK)
+
+
+def test_a_causal_lm_exported_with_its_present_keys_and_values_matches_eager(tmp_path: Path) -> None:
+    """torch.onnx's export of a Llama's default call, the logits and every layer's present keys and values as
+    outputs, each by its name."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    pytest.importorskip("onnxscript", reason="torch.onnx's exporter needs onnxscript")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=100, num_hidden_layers=2)
+    model = transformers.LlamaForCausalLM(config).eval()
+
+    class Present(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            out = self.model(input_ids=ids)
+            return (out.logits, *[t for layer in out.cache.layers for t in (layer.keys, layer.values)])
+    names = ["logits"] + [f"present_{i}_{kind}" for i in range(2) for kind in ("key", "value")]
+    ids, path = torch.randint(0, 100, (1, 8)), tmp_path / "llama.onnx"
+    torch.onnx.export(Present(), (ids,), str(path), dynamo=True, input_names=["ids"], output_names=names)
+    program = from_onnx(path, **QUICK)
+    assert list(program.program.outputs) == names
+    with torch.no_grad():
+        for ours, theirs in zip(program(ids.numpy()), Present()(ids), strict=True):
+            assert _relative(ours, theirs.numpy()) < 1e-5
