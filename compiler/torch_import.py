@@ -27,6 +27,7 @@ from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
 from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
+from . import dense_experts
 from .joined_products import joined_products
 from .pipeline import compile as ts_compile
 
@@ -209,17 +210,16 @@ def _check_caches_initialized(example_inputs: Sequence[Any]) -> None:
 
 @contextlib.contextmanager
 def _exportable_experts(module: Any) -> Iterator[None]:
-    """transformers' mixture-of-experts layers switched, for the export, to their "batched_mm" form: every routed
-    (token, expert) pair's product over its expert's gathered weights, shapes known in advance. Their default
-    groups tokens by expert (sort, histogram, grouped products of sizes known only at run time), which has no
-    static-shape graph. Same arithmetic; the module is given back as it was."""
+    """transformers' mixture-of-experts layers switched, for the export, to a form of static shapes: every expert
+    on every token (`dense_experts`). Their default groups tokens by expert (sort, histogram, grouped products of
+    sizes known only at run time), which has no static-shape graph. The module is given back as it was."""
     configs = {id(c): c for m in module.modules() if (c := getattr(m, "config", None)) is not None
-               and getattr(c, "_experts_implementation", None) not in (None, "batched_mm")} \
-        if hasattr(module, "modules") else {}
+               and getattr(c, "_experts_implementation", None) is not None} if hasattr(module, "modules") else {}
     saved = {key: config._experts_implementation for key, config in configs.items()}
     try:
-        for config in configs.values():
-            config._experts_implementation = "batched_mm"
+        if configs and dense_experts.register():
+            for config in configs.values():
+                config._experts_implementation = dense_experts.NAME
         yield
     finally:
         for key, config in configs.items():

@@ -529,8 +529,9 @@ def test_a_llama_layers_products_are_two_joined_ones() -> None:
 
 @pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
 def test_a_mixture_of_experts_imports_from_its_default_call_and_matches_eager(family: str) -> None:
-    """Routing by topk, each routed pair's product over its expert's gathered weights (transformers' batched_mm
-    form, to which the export switches the experts and back); a shared expert and its gate for Qwen2-MoE."""
+    """Routing by topk, every expert on every token weighted by its routing weights (the form to which the export
+    switches transformers' experts, and back), with no tensor of weights gathered per token: nothing in the graph
+    is larger than the largest weight. A shared expert and its gate for Qwen2-MoE."""
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     decoder = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
                    vocab_size=100, num_hidden_layers=2, max_position_embeddings=64, num_experts_per_tok=2)
@@ -541,6 +542,8 @@ def test_a_mixture_of_experts_imports_from_its_default_call_and_matches_eager(fa
     before = model.config._experts_implementation
     program = from_torch(model, (torch.randint(0, 100, (1, 8)),), profile=False, **QUICK)
     assert model.config._experts_implementation == before     # the module is given back as it was
+    largest_weight = max(value.numel() for value in program.imported.bound.values())
+    assert max(node.size for node in program.graph.nodes()) <= largest_weight
     ids = torch.randint(0, 100, (1, 8))
     with torch.no_grad():
         assert _relative(program(ids).logits, model(ids).logits) < 1e-5
