@@ -6,7 +6,8 @@ times experts' size, which fits small configurations only. Here each expert runs
 product over the experts (x read once, each expert's weights read once), and a token's output sums its experts'
 outputs weighted by their routing weights, zero for the experts it was not routed to: the routed experts' sum,
 exactly (added zeros change nothing). The work is experts / top-k times the routed work; the weights are read once
-each, as any grouping reads them when every expert gets a token.
+each, as any grouping reads them when every expert gets a token. Where fewer pairs are routed than there are
+experts (decoding), each pair's product over its own expert's weights reads less, and is taken instead.
 """
 from __future__ import annotations
 
@@ -17,8 +18,13 @@ NAME = "tensorsmith_dense"      # the experts implementation's name in transform
 
 def dense_experts_forward(experts: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
     """The experts' output for (tokens, hidden) states routed to `top_k_index` with `top_k_weights`, as
-    transformers' experts forward functions take them (`experts` is the layer holding the stacked weights)."""
+    transformers' experts forward functions take them (`experts` is the layer holding the stacked weights). Where
+    fewer (token, expert) pairs are routed than there are experts (decoding a token), each pair's product over its
+    expert's weights (transformers' batched_mm) reads fewer weights, and is taken."""
     import torch
+    from transformers.integrations.moe import batched_mm_experts_forward
+    if top_k_index.numel() < experts.num_experts:
+        return batched_mm_experts_forward(experts, hidden_states, top_k_index, top_k_weights)
     routed = torch.arange(experts.num_experts, device=top_k_index.device)
     picked = (top_k_index.unsqueeze(-1) == routed).to(top_k_weights.dtype)              # (tokens, k, experts)
     weights = (picked * top_k_weights.unsqueeze(-1)).sum(dim=1)                         # (tokens, experts)

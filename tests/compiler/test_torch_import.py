@@ -530,8 +530,8 @@ def test_a_llama_layers_products_are_two_joined_ones() -> None:
 @pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
 def test_a_mixture_of_experts_imports_from_its_default_call_and_matches_eager(family: str) -> None:
     """Routing by topk, every expert on every token weighted by its routing weights (the form to which the export
-    switches transformers' experts, and back), with no tensor of weights gathered per token: nothing in the graph
-    is larger than the largest weight. A shared expert and its gate for Qwen2-MoE."""
+    switches transformers' experts, and back); where fewer pairs are routed than there are experts (one token),
+    each routed pair's product over its own expert's weights. A shared expert and its gate for Qwen2-MoE."""
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     decoder = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
                    vocab_size=100, num_hidden_layers=2, max_position_embeddings=64, num_experts_per_tok=2)
@@ -542,8 +542,12 @@ def test_a_mixture_of_experts_imports_from_its_default_call_and_matches_eager(fa
     before = model.config._experts_implementation
     program = from_torch(model, (torch.randint(0, 100, (1, 8)),), profile=False, **QUICK)
     assert model.config._experts_implementation == before     # the module is given back as it was
-    largest_weight = max(value.numel() for value in program.imported.bound.values())
-    assert max(node.size for node in program.graph.nodes()) <= largest_weight
+    up = 2 * (128 if family == "mixtral" else 32)
+    experts = 4 if family == "mixtral" else 8
+    assert (experts, 8, up) in {node.shape for node in program.graph.nodes()}   # all experts on all 8 tokens
+    decoding = import_torch(model, (torch.randint(0, 100, (1, 1)),))   # 2 routed pairs: each its own expert's
+    shapes = {node.shape for node in decoding.graph.nodes()}
+    assert (2, up) in shapes and (experts, 1, up) not in shapes
     ids = torch.randint(0, 100, (1, 8))
     with torch.no_grad():
         assert _relative(program(ids).logits, model(ids).logits) < 1e-5
