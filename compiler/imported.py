@@ -6,8 +6,8 @@ import dataclasses
 import hashlib
 import math
 import re
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np

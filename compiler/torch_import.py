@@ -26,8 +26,8 @@ from tensorsmith.ir.errors import TensorsmithError, located
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
-from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
 from . import dense_experts
+from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
 from .joined_products import joined_products
 from .pipeline import compile as ts_compile
 

@@ -9,13 +9,16 @@ import re
 from dataclasses import dataclass, replace
 
 from . import primitives as P
+from .dtypes import DType
 from .graph import Graph
 from .kernel_program import Buffer, Kernel, KernelProgram, output_copies
 from .node import Node, consumers, toposort
-from .ops import Op
+from .ops import VIEWS, Op
 from .patterns import match_matmul
 
 MIN_REPEATS = 2           # identical layers in a row before they are searched once
+FEW_POSITIONS = 4096      # an integer input this small is positions or ids, from which each piece computes its own
+FEW_VALUES = 256          # a float input this small is a table (rotary frequencies): each piece computes its own
 PIECE_TAG = re.compile(r"^(prefix|suffix|layer\d+)_")   # what `stitched` puts before a piece's kernel names
 
 
@@ -99,9 +102,9 @@ class _Cut:
 
     @staticmethod
     def of(graph: Graph) -> "_Cut | None":
-        """None where an output is an input, or computed from constants only: no piece computes it."""
+        """None where an output is an input: no piece computes it."""
         order = _late_order(graph)
-        free = _free(order)
+        free = _free(order, {id(node) for node in graph.outputs.values()})
         if any(id(node) in free for node in graph.outputs.values()):
             return None
         users = consumers(order)
@@ -115,7 +118,9 @@ class _Cut:
         return self.before[end] - self.before[first]
 
     def has_matmul(self, first: int, end: int) -> bool:
-        return any(match_matmul(node) is not None for span in self.spans[first:end] for node in span)
+        """Whether the spans hold a matrix product, or a product with a weight matrix over one row (a decode step's)."""
+        return any(match_matmul(node) is not None or _weighs_a_row(node)
+                   for span in self.spans[first:end] for node in span)
 
     def structure(self, first: int, end: int) -> str:
         return self.piece("span", first, end).structure
@@ -167,29 +172,40 @@ def _widened(cut: _Cut, layers: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def _late_order(graph: Graph) -> list[Node]:
     """The nodes the outputs depend on, each as late as its sources allow: a node's tallest source is walked first,
-    so a weight's own ops (a transpose, a cast) come just before the op that uses them, not before the layer."""
+    so a weight's own ops (a transpose, a cast) come just before the op that uses them, not before the layer; the
+    tallest output first, so that outputs beside the main line (each layer's updated cache) fall in their layers."""
     height: dict[int, int] = {}
     for node in toposort(graph.outputs.values()):
         height[id(node)] = 1 + max((height[id(src)] for src in node.srcs), default=-1)
-    return toposort(graph.outputs.values(), first=lambda src: -height[id(src)])
+    roots = sorted(graph.outputs.values(), key=lambda node: -height[id(node)])
+    return toposort(roots, first=lambda src: -height[id(src)])
 
 
-def _free(order: list[Node]) -> set[int]:
-    """Inputs, and nodes that depend on no input (constants, iotas and what is computed from them only): any piece
-    may read an input, and computes its own copy of the rest."""
+def _free(order: list[Node], outputs: set[int] = frozenset()) -> set[int]:
+    """Inputs, and nodes that depend on no input but positions (constants, iotas, a few integers given, such as a
+    decode step's cache positions, very few values, and what is computed from them only: masks, rotary tables) and
+    are not among the model's `outputs` (a cache's length, counted on), which a piece must write: any piece may
+    read an input, and computes its own copy of the rest."""
     free: set[int] = set()
     for node in order:
-        if node.op == Op.INPUT or all(id(src) in free and src.op != Op.INPUT for src in node.srcs):
+        if node.op == Op.INPUT or id(node) not in outputs and all(
+                id(src) in free and (src.op != Op.INPUT or _positions(src)) for src in node.srcs):
             free.add(id(node))
     return free
 
 
+def _positions(node: Node) -> bool:
+    """An input of a few integers (positions, ids) or of very few values (a rotary frequency table): what is
+    computed from such inputs alone is cheap to compute again."""
+    return node.size <= (FEW_POSITIONS if node.dtype in (DType.INT32, DType.BOOL) else FEW_VALUES)
+
+
 def _spans(graph: Graph, order: list[Node], free: set[int], users: dict[int, list[Node]]) -> list[list[Node]]:
-    """The non-free nodes of `order` cut after each node that is the only computed value used later."""
+    """The non-free nodes of `order` cut after each node that is the only computed value used later. A model output
+    counts as used only by its users: the piece computing it writes it out (a layer's updated KV cache), so it
+    carries nothing forward."""
     place = {id(node): i for i, node in enumerate(order)}
-    outputs = {id(node) for node in graph.outputs.values()}
-    last_use = {id(node): len(order) if id(node) in outputs else max((place[id(user)] for user in users[id(node)]),
-                                                                     default=place[id(node)])
+    last_use = {id(node): max((place[id(user)] for user in users[id(node)]), default=place[id(node)])
                 for node in order}
     ending: dict[int, int] = {}
     for node in order:
@@ -257,6 +273,18 @@ def _longest_run(cut: _Cut, min_repeats: int) -> tuple[int, int, int] | None:
             if repeats >= min_repeats and covered > best_covered and cut.has_matmul(start, start + period):
                 best, best_covered = (start, period, repeats), covered
     return best
+
+
+def _weighs_a_row(node: Node) -> bool:
+    """sum(a * W) with W a matrix given as an input (seen through views): a vector-matrix product."""
+    if node.op != Op.SUM or node.srcs[0].op != Op.MUL:
+        return False
+    for operand in node.srcs[0].srcs:
+        while operand.op in VIEWS:
+            operand = operand.srcs[0]
+        if operand.op == Op.INPUT and operand.ndim >= 2 and min(operand.shape) > 1:
+            return True
+    return False
 
 
 def _output_name(node: Node, position: int) -> str:

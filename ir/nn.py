@@ -250,10 +250,15 @@ def index(x: Tensor, ids: Sequence[Tensor], axis: int = 0, wrap: bool = False) -
     return take(flat, offset, axis)
 
 
+FEW_PUTS = 4   # ids up to which put() is a chain of where()s rather than a one-hot product
+
+
 def put(x: Tensor, ids: Tensor, values: Tensor, axis: int = 0, wrap: bool = False) -> Tensor:
     """x with x[..., ids[j], ...] = values[..., j, ...] along `axis` (1-D int32 ids; PyTorch's index_put and
-    index_copy, a KV cache written at its positions): a one-hot product places the values, a mask keeps x where no
-    id points. Of ids given twice the values add up (PyTorch leaves that case undefined). `wrap` as `take` has it."""
+    index_copy, a KV cache written at its positions): for a few ids (a decode step's one) a where() per id, one
+    elementwise pass; for more a one-hot product places the values and a mask keeps x where no id points. Of ids
+    given twice the last one's value is kept, or, past FEW_PUTS ids, the values add up (PyTorch leaves that case
+    undefined). `wrap` as `take` has it."""
     axis = normalize_axis(axis, x.ndim, "put", [x.node])
     n = x.shape[axis]
     if ids.ndim != 1 or ids.dtype != DType.INT32:
@@ -262,6 +267,14 @@ def put(x: Tensor, ids: Tensor, values: Tensor, axis: int = 0, wrap: bool = Fals
     values = values.expand(broadcast_shapes(values.shape, target, "put")).cast(x.dtype)
     if wrap:
         ids = where(ids < 0, ids + n, ids)
+    if ids.shape[0] <= FEW_PUTS:   # a decode step's one position: elementwise, one where() per id (the last wins)
+        index = iota(x.shape, axis)
+        out = x
+        for j in range(ids.shape[0]):
+            at = ids[j:j + 1].reshape((1,) * x.ndim).expand(x.shape)
+            value = values[tuple(slice(j, j + 1) if a == axis else slice(None) for a in range(x.ndim))]
+            out = where(equal(index, at), value.expand(x.shape), out)
+        return out
     hot = equal(iota((n, ids.shape[0]), 0), ids.reshape(1, -1).expand((n, ids.shape[0])))      # (n, len(ids))
     last = [a for a in range(x.ndim) if a != axis] + [axis]
     placed = matmul(values.permute(*last), hot.cast(x.dtype).transpose(0, 1))    # the axis last, placed at the ids

@@ -599,3 +599,19 @@ def test_a_static_cache_not_yet_allocated_is_one_clear_error() -> None:
     cache = transformers.StaticCache(config=model.config, max_cache_len=16)
     with pytest.raises(TorchImportError, match="early_initialization"):
         import_torch(_CacheStep(model), (torch.randint(0, 100, (1, 4)), torch.arange(4), cache))
+
+
+def test_a_decode_steps_layers_are_found_identical() -> None:
+    """Each layer of a decode step writes its cache (outputs beside the residual stream) and reads a mask and
+    rotary tables computed from the positions given: the layers are still cut apart and found identical, so one
+    is searched for all."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    from tensorsmith.ir.layers import find_layers
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=100, num_hidden_layers=4)
+    model = transformers.LlamaForCausalLM(config).eval()
+    cache = transformers.StaticCache(config=config, max_cache_len=32)
+    cache.early_initialization(1, 2, 16, torch.float32, "cpu")
+    imported = import_torch(_CacheStep(model), (torch.randint(0, 100, (1, 1)), torch.tensor([8]), cache))
+    layers = find_layers(imported.graph)
+    assert layers is not None and layers.repeats >= 3

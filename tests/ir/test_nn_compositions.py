@@ -90,11 +90,13 @@ def test_topk_gives_the_k_extremes_in_order_with_the_first_index_of_ties() -> No
         nn.topk(ts.Graph("g").input("x", (6, 9), "float32"), 10)
 
 
-def test_put_writes_values_at_the_ids_and_keeps_the_rest() -> None:
-    """x[:, ids] = values, as numpy's assignment, on a middle axis and with a negative id counted from the end."""
+@pytest.mark.parametrize("ids", [[4, 0, -1], [6, 1, 3, -2, 0, 2]], ids=["a where each", "one-hot product"])
+def test_put_writes_values_at_the_ids_and_keeps_the_rest(ids: list[int]) -> None:
+    """x[:, ids] = values, as numpy's assignment, on a middle axis and with a negative id counted from the end: a
+    few ids as a where() each, more as a one-hot product."""
     x = RNG.standard_normal((2, 7, 3)).astype(np.float32)
-    values = RNG.standard_normal((2, 3, 3)).astype(np.float32)
-    ids = np.array([4, 0, -1], dtype=np.int32)
+    values = RNG.standard_normal((2, len(ids), 3)).astype(np.float32)
+    ids = np.array(ids, dtype=np.int32)
     expected = x.copy()
     expected[:, ids] = values
     out = _run(lambda x, ids, values: nn.put(x, ids, values, axis=1, wrap=True), x=x, ids=ids, values=values)
