@@ -360,8 +360,19 @@ def _checked(graph: Graph, program: KernelProgram, draw: Draw, seed: int,
         worst = failed[0]
         raise VerificationError(f"kernel program for graph {graph.name!r} disagrees with the reference on"
                                 f" output {worst.output!r}: relative L2 error {worst.error:.3g} >"
-                                f" {worst.tolerance:g} (seed {seed})")
+                                f" {worst.tolerance:g} (seed {seed})" + _ill_conditioned(worst))
     return compared
+
+
+def _ill_conditioned(check: Check) -> str:
+    """Why a check allowed 100% or more failed: the output is set by rounding, and the user is told so."""
+    if check.tolerance < 1.0:
+        return ""
+    return (f"; output {check.output!r} is dominated by rounding: the graph itself, evaluated in its own dtypes,"
+            f" is off the exact value by {check.tolerance / ROUNDING_NOISE:.0%} (relative L2) on these inputs,"
+            f" so rounding sets its value (as in a normalisation of nearly equal values, or a difference of nearly"
+            f" equal terms) and no program can be checked against it: compute that part in float32, or pass"
+            f" example inputs at the scale the graph is used at")
 
 
 def reference_draw(graph: Graph, seed: int, draw: int,
