@@ -6,9 +6,11 @@ tokens, a cache of `--cache` positions. Ours: a prefill program and a one-token 
 `cache_implementation="static"`, with which transformers compiles the decoding forward itself (torch.compile,
 `reduce-overhead`: CUDA graphs), as its documentation advises for fast generation; a first, untimed call compiles.
 Both loops are timed by wall clock over `--new` tokens after the prefill, each run synchronized at its end; the
-first tokens of both are compared (float16 noise may part them later). Needs a GPU:
+first tokens of both are compared (float16 noise may part them later). Needs a GPU, but for `--tiny` (a narrow
+model, a smoke test of the script that runs on the CPU too, where transformers compiles nothing):
 
     python benchmarks/decode.py [--layers 16] [--prompt 32] [--new 64] [--cache 2048] [--budget 20]
+    python benchmarks/decode.py --tiny --layers 2 --new 8 --cache 64 --budget 3 [--device cpu]
 """
 from __future__ import annotations
 
@@ -32,38 +34,46 @@ class Step(torch.nn.Module):
         return self.model(input_ids=ids, past_key_values=cache, cache_position=position).logits[:, -1]
 
 
-def llama1b(layers: int) -> transformers.LlamaConfig:
+def llama1b(layers: int, tiny: bool = False) -> transformers.LlamaConfig:
+    """Llama-3.2-1B's shape at `layers` layers; with `tiny`, a narrow model of the same kind."""
+    width = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                 vocab_size=1000) if tiny else dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
+                                                    num_key_value_heads=8, head_dim=64, vocab_size=128256)
     return transformers.LlamaConfig(  # type: ignore[call-arg]
-        hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8, head_dim=64,
-        vocab_size=128256, rope_theta=500000.0, tie_word_embeddings=True, max_position_embeddings=131072,
-        rms_norm_eps=1e-5, num_hidden_layers=layers)
+        **width, rope_theta=500000.0, tie_word_embeddings=True, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        num_hidden_layers=layers)
 
 
-def static_cache(config: transformers.LlamaConfig, length: int) -> transformers.StaticCache:
+def static_cache(config: transformers.LlamaConfig, length: int, device: str) -> transformers.StaticCache:
     cache = transformers.StaticCache(config=config, max_cache_len=length)
-    cache.early_initialization(1, config.num_key_value_heads, config.head_dim, torch.float16, "cuda")
+    cache.early_initialization(1, config.num_key_value_heads, config.head_dim, torch.float16, device)
     return cache
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def ours(model: torch.nn.Module, prompt: torch.Tensor, new: int, length: int, budget: float) -> tuple[list, float]:
     """Our tokens and seconds per decoded token (the prefill untimed), after compiling both programs."""
-    step, n = Step(model), prompt.shape[1]
+    step, n, device = Step(model), prompt.shape[1], prompt.device.type
     began = time.perf_counter()
-    prefill = ts.from_torch(step, (prompt, torch.arange(n, device="cuda"), static_cache(model.config, length)),
+    prefill = ts.from_torch(step, (prompt, torch.arange(n, device=device), static_cache(model.config, length, device)),
                             budget_s=budget)
-    decode = ts.from_torch(step, (prompt[:, :1], torch.tensor([n], device="cuda"), static_cache(model.config, length)),
-                           budget_s=budget)
+    decode = ts.from_torch(step, (prompt[:, :1], torch.tensor([n], device=device),
+                                  static_cache(model.config, length, device)), budget_s=budget)
     print(f"tensorsmith: prefill and decode programs compiled in {time.perf_counter() - began:.1f} s "
           f"({len(prefill.program.kernels)} and {len(decode.program.kernels)} kernels)")
     runs = []
     for _ in range(2):   # the first run warms the programs' device state up
-        cache = static_cache(model.config, length)
-        tokens = [prefill(prompt, torch.arange(n, device="cuda"), cache).argmax(-1, keepdim=True)]
-        torch.cuda.synchronize()
+        cache = static_cache(model.config, length, device)
+        tokens = [prefill(prompt, torch.arange(n, device=device), cache).argmax(-1, keepdim=True)]
+        synchronize(device)
         start = time.perf_counter()
         for i in range(new - 1):
-            tokens.append(decode(tokens[-1], torch.tensor([n + i], device="cuda"), cache).argmax(-1, keepdim=True))
-        torch.cuda.synchronize()
+            tokens.append(decode(tokens[-1], torch.tensor([n + i], device=device), cache).argmax(-1, keepdim=True))
+        synchronize(device)
         runs.append((time.perf_counter() - start) / (new - 1))
     return torch.cat(tokens, dim=1)[0].tolist(), min(runs)
 
@@ -71,21 +81,23 @@ def ours(model: torch.nn.Module, prompt: torch.Tensor, new: int, length: int, bu
 def theirs(model: torch.nn.Module, prompt: torch.Tensor, new: int, length: int) -> tuple[list, float]:
     """transformers' generate with a static cache, which compiles the decoding forward by itself (torch.compile,
     reduce-overhead: CUDA graphs) on a GPU."""
+    device = prompt.device.type
     model.generation_config.cache_implementation = "static"
+    model.generation_config.max_length = None
     began = time.perf_counter()
-    model.generate(prompt, max_new_tokens=new, do_sample=False, cache_implementation="static")
-    print(f"torch.compile: first generate (compiles) {time.perf_counter() - began:.1f} s")
+    model.generate(prompt, max_new_tokens=new, do_sample=False)
+    print(f"transformers: first generate (compiles on a GPU) {time.perf_counter() - began:.1f} s")
     runs = []
     for _ in range(2):
         model.generate(prompt, max_new_tokens=1, do_sample=False)            # the prefill alone, to subtract
-        torch.cuda.synchronize()
+        synchronize(device)
         start = time.perf_counter()
         model.generate(prompt, max_new_tokens=1, do_sample=False)
-        torch.cuda.synchronize()
+        synchronize(device)
         prefill_s = time.perf_counter() - start
         start = time.perf_counter()
         out = model.generate(prompt, max_new_tokens=new, do_sample=False)
-        torch.cuda.synchronize()
+        synchronize(device)
         runs.append((time.perf_counter() - start - prefill_s) / (new - 1))
     return out[0, prompt.shape[1]:].tolist(), min(runs)
 
@@ -97,19 +109,22 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--cache", type=int, default=2048)
     parser.add_argument("--budget", type=float, default=20.0, help="tensorsmith's search budget per program")
+    parser.add_argument("--tiny", action="store_true", help="a narrow model: a smoke test of this script")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     args = parser.parse_args()
     torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = transformers.LlamaForCausalLM(llama1b(args.layers)).to(torch.float16).eval()
+    with torch.device(args.device):
+        model = transformers.LlamaForCausalLM(llama1b(args.layers, args.tiny)).to(torch.float16).eval()
     model.generation_config.eos_token_id = None          # every run makes --new tokens
-    prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), device="cuda")
+    prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), device=args.device)
     with torch.no_grad():
         our_tokens, our_s = ours(model, prompt, args.new, args.cache, args.budget)
         their_tokens, their_s = theirs(model, prompt, args.new, args.cache)
     same = next((i for i, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b), len(our_tokens))
     print(f"{'':28s} {'ms/token':>9s} {'tokens/s':>9s}")
     print(f"{'tensorsmith':28s} {our_s * 1e3:9.3f} {1 / our_s:9.1f}")
-    print(f"{'torch.compile reduce-overhead':28s} {their_s * 1e3:9.3f} {1 / their_s:9.1f}")
+    theirs_label = "torch.compile reduce-overhead" if args.device == "cuda" else "transformers, eager"
+    print(f"{theirs_label:28s} {their_s * 1e3:9.3f} {1 / their_s:9.1f}")
     print(f"ratio (ours / theirs in tokens/s): {their_s / our_s:.2f}x; the first {same} of {len(our_tokens)} tokens "
           f"agree")
 
