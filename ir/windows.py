@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from .dtypes import LARGEST_FINITE, DType
 from .errors import ShapeError
-from .tensor import Tensor, concat, constant, maximum, where
+from .tensor import Tensor, concat, constant, iota, logical_and, maximum, where
 
 Size = int | Sequence[int]
 Pads = int | Sequence[int] | Sequence[tuple[int, int]]   # one for all axes, one per axis, or (before, after) per axis
@@ -156,15 +156,33 @@ def avg_pool(x: Tensor, kernel: Size, stride: Size | None = None, padding: Pads 
 
 
 def adaptive_avg_pool(x: Tensor, output_size: Size) -> Tensor:
-    """PyTorch's adaptive_avg_pool where each output size divides its input's: a mean over equal windows."""
+    """PyTorch's adaptive_avg_pool: output o of an axis of n averages inputs floor(o n / s) to ceil((o + 1) n / s)
+    - 1. Where each output size divides its input's, a mean over equal windows; else, per axis, a product with the
+    windows' 0/1 matrix (made from iotas) divided by each window's length."""
     sizes = [output_size] if isinstance(output_size, int) else list(output_size)
     dims, lead = len(sizes), x.ndim - len(sizes)
     sizes = [x.shape[lead + d] if s is None else s for d, s in enumerate(sizes)]
-    if any(s <= 0 or x.shape[lead + d] % s for d, s in enumerate(sizes)):
-        raise ShapeError(f"adaptive_avg_pool to {tuple(sizes)}: each output size must divide its input's"
-                         f" ({x.shape[lead:]}); windows of unequal sizes are not supported")
-    split = x.shape[:lead] + tuple(n for d, s in enumerate(sizes) for n in (s, x.shape[lead + d] // s))
-    return x.reshape(split).mean([lead + 2 * d + 1 for d in range(dims)])
+    if dims > x.ndim or any(s <= 0 for s in sizes):
+        raise ShapeError(f"adaptive_avg_pool to {tuple(sizes)}: output sizes must be positive, one per trailing"
+                         f" axis of {x.shape}")
+    if all(x.shape[lead + d] % s == 0 for d, s in enumerate(sizes)):
+        split = x.shape[:lead] + tuple(n for d, s in enumerate(sizes) for n in (s, x.shape[lead + d] // s))
+        return x.reshape(split).mean([lead + 2 * d + 1 for d in range(dims)])
+    for d, s in enumerate(sizes):
+        x = _unequal_windows_mean(x, lead + d, s)
+    return x
+
+
+def _unequal_windows_mean(x: Tensor, axis: int, s: int) -> Tensor:
+    """`axis` pooled to `s` outputs as adaptive_avg_pool windows it: input i lies in output o's window where
+    o n < (i + 1) s and i s < (o + 1) n (integers, no division)."""
+    n = x.shape[axis]
+    i, o = iota((n, s), 0), iota((n, s), 1)
+    member = logical_and((o * n) < (i + 1) * s, (i * s) < (o + 1) * n)
+    weights = member.cast(x.dtype if x.dtype.is_float else DType.FLOAT32)
+    order = [a for a in range(x.ndim) if a != axis] + [axis]
+    summed = x.permute(*order).cast(weights.dtype) @ weights / weights.sum(0)
+    return summed.permute(*[order.index(a) for a in range(x.ndim)])
 
 
 def _pooling(x: Tensor, kernel: Size, stride: Size | None, padding: Pads, dilation: Size, ceil_mode: bool,

@@ -615,3 +615,11 @@ def test_a_decode_steps_layers_are_found_identical() -> None:
     imported = import_torch(_CacheStep(model), (torch.randint(0, 100, (1, 1)), torch.tensor([8]), cache))
     layers = find_layers(imported.graph)
     assert layers is not None and layers.repeats >= 3
+
+
+def test_adaptive_average_pooling_to_sizes_that_do_not_divide_matches_eager() -> None:
+    """AlexNet's pooling of 13 x 13 to 6 x 6 (overlapping windows of 2 and 3), compiled."""
+    module, x = torch.nn.AdaptiveAvgPool2d((6, 6)), torch.randn(2, 4, 13, 13)
+    program = from_torch(module, (x,), profile=False, **QUICK)
+    x = torch.randn(2, 4, 13, 13)
+    assert _relative(program(x), module(x)) < 1e-6

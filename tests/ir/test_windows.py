@@ -138,8 +138,8 @@ def test_windows_that_cannot_be_made_are_one_clear_error() -> None:
         nn.conv(x, g.input("w", (3, 2, 3, 3), "float32"), groups=3)
     with pytest.raises(ShapeError, match="partial window"):
         nn.max_pool(x, 2, 2, ceil_mode=True)
-    with pytest.raises(ShapeError, match="must divide"):
-        nn.adaptive_avg_pool(x, (3, 3))
+    with pytest.raises(ShapeError, match="must be positive"):
+        nn.adaptive_avg_pool(x, (0, 3))
     with pytest.raises(ShapeError, match="more than half the kernel"):
         nn.max_pool(x, 2, padding=2)
 
@@ -161,3 +161,19 @@ def test_windows_that_tile_the_input_are_a_view_of_it_not_slices() -> None:
     g.output("y", nn.conv(g.input("x", (2, 3, 16, 16), "float32"), g.input("w", (8, 3, 4, 4), "float32"), stride=4))
     ops = {node.op for node in g.nodes()}
     assert Op.SLICE not in ops and Op.PAD not in ops and Op.RESHAPE in ops and Op.PERMUTE in ops
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 13, 13), (6, 6)), ((1, 2, 7, 9), (3, 4)), ((2, 5, 10), (3,))])
+def test_adaptive_average_pooling_over_unequal_windows_matches_its_definition(shape, size, rng) -> None:
+    """Output o of an axis of n averages inputs floor(o n / s) to ceil((o + 1) n / s) - 1 (PyTorch's windows, which
+    overlap where s does not divide n), here against those windows written out in float64."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    g = ts.Graph("adaptive")
+    g.output("y", nn.adaptive_avg_pool(g.input("x", shape, "float32"), size))
+    expected = x.astype(np.float64)
+    for d, s in enumerate(size):
+        axis, n = len(shape) - len(size) + d, shape[len(shape) - len(size) + d]
+        windows = [np.take(expected, range(o * n // s, -(-(o + 1) * n // s)), axis=axis).mean(axis=axis)
+                   for o in range(s)]
+        expected = np.stack(windows, axis=axis)
+    np.testing.assert_allclose(ts.evaluate(g, {"x": x})["y"], expected, rtol=1e-6, atol=1e-7)
