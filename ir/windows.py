@@ -132,8 +132,9 @@ def max_pool(x: Tensor, kernel: Size, stride: Size | None = None, padding: Pads 
     """PyTorch's max_pool over the last len(kernel) axes (an int kernel: the last axis). The padding is the
     dtype's lowest finite value, so it never wins a window that holds an element (PyTorch's -inf, unless a window
     is all padding); `padding` may give each axis its (before, after) pair, as ONNX does."""
-    kernel, stride, pads, dilation, out = _pooling(x, kernel, stride, padding, dilation, ceil_mode, "max_pool")
-    widths = [(0, 0)] * (x.ndim - len(kernel)) + pads
+    kernel, stride, pads, dilation, out, overhang = _pooling(x, kernel, stride, padding, dilation, ceil_mode,
+                                                             "max_pool")
+    widths = [(0, 0)] * (x.ndim - len(kernel)) + [(b, a + extra) for (b, a), extra in zip(pads, overhang)]
     inside = constant(1.0, x.shape, DType.FLOAT32).pad(widths) > 0.5
     padded = where(inside, x.pad(widths), constant(_lowest(x.dtype), (), x.dtype))
     return functools.reduce(maximum, _windows(padded, kernel, stride, dilation, out))
@@ -143,16 +144,22 @@ def avg_pool(x: Tensor, kernel: Size, stride: Size | None = None, padding: Pads 
              count_include_pad: bool = True, divisor_override: int | None = None, dilation: Size = 1) -> Tensor:
     """PyTorch's avg_pool over the last len(kernel) axes (an int kernel: the last axis); `padding` may give each
     axis its (before, after) pair and `dilation` spread the window, as ONNX's AveragePool does."""
-    kernel, stride, pads, dilation, out = _pooling(x, kernel, stride, padding, dilation, ceil_mode, "avg_pool")
+    kernel, stride, pads, dilation, out, overhang = _pooling(x, kernel, stride, padding, dilation, ceil_mode,
+                                                             "avg_pool")
     dims = len(kernel)
-    widths = [(0, 0)] * (x.ndim - dims) + pads
-    total = _summed(_windows(x.pad(widths), kernel, stride, dilation, out))
+    reach = [(b, a + extra) for (b, a), extra in zip(pads, overhang)]   # ceil mode's last window may reach past
+    total = _summed(_windows(x.pad([(0, 0)] * (x.ndim - dims) + reach), kernel, stride, dilation, out))
     if divisor_override:
         return total / float(divisor_override)
-    if count_include_pad or not any(b or e for b, e in pads):
+    if not any(overhang) and (count_include_pad or not any(b or e for b, e in pads)):
         return total / float(math.prod(kernel))
-    inside = constant(1.0, x.shape[x.ndim - dims:], x.dtype).pad(pads)
-    return total / _summed(_windows(inside, kernel, stride, dilation, out, lead=0))
+    spatial = x.shape[x.ndim - dims:]   # a window's divisor counts the input, and its padding where that is counted
+    if count_include_pad:               # (not the part past it: PyTorch divides a last, partial window by less)
+        counted = constant(1.0, [n + b + a for n, (b, a) in zip(spatial, pads)], x.dtype)
+        reach = [(0, extra) for extra in overhang]
+    else:
+        counted = constant(1.0, spatial, x.dtype)
+    return total / _summed(_windows(counted.pad(reach), kernel, stride, dilation, out, lead=0))
 
 
 def adaptive_avg_pool(x: Tensor, output_size: Size) -> Tensor:
@@ -186,9 +193,9 @@ def _unequal_windows_mean(x: Tensor, axis: int, s: int) -> Tensor:
 
 
 def _pooling(x: Tensor, kernel: Size, stride: Size | None, padding: Pads, dilation: Size, ceil_mode: bool,
-             name: str) -> tuple[list[int], list[int], list[tuple[int, int]], list[int], list[int]]:
-    """A pooling's sizes per axis, its (before, after) pads, and its output's sizes; ceil mode only where it adds
-    no window."""
+             name: str) -> tuple[list[int], list[int], list[tuple[int, int]], list[int], list[int], list[int]]:
+    """A pooling's sizes per axis, its (before, after) pads, its output's sizes, and how far ceil mode's last,
+    partial window reaches past the padded input on each axis (0 without one)."""
     kernel = [kernel] if isinstance(kernel, int) else list(kernel)
     dims = len(kernel)
     if x.ndim < dims + 1:
@@ -199,10 +206,10 @@ def _pooling(x: Tensor, kernel: Size, stride: Size | None, padding: Pads, dilati
     if any(2 * max(pad) > k for pad, k in zip(pads, kernel)):
         raise ShapeError(f"{name}: padding {padding} is more than half the kernel {kernel}")
     spatial = x.shape[x.ndim - dims:]
-    out = _out_sizes(spatial, kernel, stride, pads, dilation)
-    if ceil_mode and out != _out_sizes(spatial, kernel, stride, pads, dilation, ceil=True):
-        raise ShapeError(f"{name} with ceil_mode over {spatial}: a last, partial window is not supported")
-    return kernel, stride, pads, dilation, out
+    out = _out_sizes(spatial, kernel, stride, pads, dilation, ceil=ceil_mode)
+    overhang = [max(0, (o - 1) * st + d * (k - 1) + 1 - (n + before + after))
+                for o, st, d, k, n, (before, after) in zip(out, stride, dilation, kernel, spatial, pads)]
+    return kernel, stride, pads, dilation, out, overhang
 
 
 def _pads(padding: Pads, dims: int) -> list[tuple[int, int]]:

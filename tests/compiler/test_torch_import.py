@@ -623,3 +623,13 @@ def test_adaptive_average_pooling_to_sizes_that_do_not_divide_matches_eager() ->
     program = from_torch(module, (x,), profile=False, **QUICK)
     x = torch.randn(2, 4, 13, 13)
     assert _relative(program(x), module(x)) < 1e-6
+
+
+def test_pools_in_ceil_mode_with_a_last_partial_window_match_eager() -> None:
+    """GoogLeNet's MaxPool2d(3, 2, ceil_mode=True) on 112 x 112 and an average pool likewise, compiled."""
+    module = torch.nn.Sequential(torch.nn.MaxPool2d(3, 2, ceil_mode=True),
+                                 torch.nn.AvgPool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=False))
+    x = torch.randn(1, 4, 112, 112)
+    program = from_torch(module, (x,), profile=False, **QUICK)
+    x = torch.randn(1, 4, 112, 112)
+    assert _relative(program(x), module(x)) < 1e-6

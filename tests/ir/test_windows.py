@@ -136,8 +136,6 @@ def test_windows_that_cannot_be_made_are_one_clear_error() -> None:
     x = g.input("x", (1, 4, 7, 7), "float32")
     with pytest.raises(ShapeError, match="4 input channels in 3 group"):
         nn.conv(x, g.input("w", (3, 2, 3, 3), "float32"), groups=3)
-    with pytest.raises(ShapeError, match="partial window"):
-        nn.max_pool(x, 2, 2, ceil_mode=True)
     with pytest.raises(ShapeError, match="must be positive"):
         nn.adaptive_avg_pool(x, (0, 3))
     with pytest.raises(ShapeError, match="more than half the kernel"):
@@ -177,3 +175,22 @@ def test_adaptive_average_pooling_over_unequal_windows_matches_its_definition(sh
                    for o in range(s)]
         expected = np.stack(windows, axis=axis)
     np.testing.assert_allclose(ts.evaluate(g, {"x": x})["y"], expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape,kernel,stride,padding", [((1, 2, 7, 7), 2, 2, 0), ((1, 2, 9, 8), 3, 2, 1),
+                                                         ((2, 3, 10), 3, 2, 0), ((1, 1, 6, 6), 3, 2, 1)])
+def test_ceil_mode_pools_a_last_partial_window_as_pytorch_does(shape, kernel, stride, padding, rng) -> None:
+    """ceil_mode's last window reaches past the padded input: max over what it holds; the average divided by what
+    it holds of the input and, with count_include_pad, of the padding (not of the part past it)."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    x = rng.standard_normal(shape).astype(np.float32)
+    dims = len(shape) - 2
+    torch_pools = {"max": (F.max_pool1d, F.max_pool2d)[dims - 1], "avg": (F.avg_pool1d, F.avg_pool2d)[dims - 1]}
+    for kind, options in [("max", {}), ("avg", {"count_include_pad": True}), ("avg", {"count_include_pad": False})]:
+        g = ts.Graph("ceil")
+        pool = nn.max_pool if kind == "max" else nn.avg_pool
+        g.output("y", pool(g.input("x", shape, "float32"), (kernel,) * dims, stride, padding, ceil_mode=True,
+                           **options))
+        expected = torch_pools[kind](torch.from_numpy(x), kernel, stride, padding, ceil_mode=True, **options)
+        np.testing.assert_allclose(ts.evaluate(g, {"x": x})["y"], expected.numpy(), rtol=1e-6, atol=1e-6)
