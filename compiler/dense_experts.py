@@ -28,12 +28,13 @@ def dense_experts_forward(experts: Any, hidden_states: Any, top_k_index: Any, to
     routed = torch.arange(experts.num_experts, device=top_k_index.device)
     picked = (top_k_index.unsqueeze(-1) == routed).to(top_k_weights.dtype)              # (tokens, k, experts)
     weights = (picked * top_k_weights.unsqueeze(-1)).sum(dim=1)                         # (tokens, experts)
-    up = experts.gate_up_proj if experts.has_gate else experts.up_proj
-    out = _products(hidden_states.unsqueeze(0), up, experts, "gate_up_proj_bias" if experts.has_gate else
+    gated = _flag(experts, "has_gate", True)
+    up = experts.gate_up_proj if gated else experts.up_proj
+    out = _products(hidden_states.unsqueeze(0), up, experts, "gate_up_proj_bias" if gated else
                     "up_proj_bias")                                                        # (experts, tokens, *)
-    out = experts._apply_gate(out) if experts.has_gate else experts.act_fn(out)
+    out = _gated(experts, out) if gated else experts.act_fn(out)
     out = _products(out, experts.down_proj, experts, "down_proj_bias")                    # (experts, tokens, hidden)
-    if experts.has_post_expert_norm:
+    if _flag(experts, "has_post_expert_norm", False):
         out = experts.post_expert_norm(out)
     combined = (out * weights.transpose(0, 1).unsqueeze(-1).to(out.dtype)).sum(dim=0)
     return combined.to(hidden_states.dtype)
@@ -42,8 +43,21 @@ def dense_experts_forward(experts: Any, hidden_states: Any, top_k_index: Any, to
 def _products(x: Any, weight: Any, experts: Any, bias_name: str) -> Any:
     """x @ each expert's weight (stored (experts, out, in), or (experts, in, out) where transposed), with its
     bias where the layer has biases."""
-    product = x @ (weight if experts.is_transposed else weight.transpose(1, 2))
-    return product + getattr(experts, bias_name).unsqueeze(1) if experts.has_bias else product
+    product = x @ (weight if _flag(experts, "is_transposed", False) else weight.transpose(1, 2))
+    return product + getattr(experts, bias_name).unsqueeze(1) if _flag(experts, "has_bias", False) else product
+
+
+def _gated(experts: Any, gate_up: Any) -> Any:
+    """The layer's own gating of its gate and up halves where it has one, else act(gate) * up."""
+    if hasattr(experts, "_apply_gate"):
+        return experts._apply_gate(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return experts.act_fn(gate) * up
+
+
+def _flag(experts: Any, name: str, default: bool) -> bool:
+    """A layout flag of the experts layer; older transformers (5.17) set fewer of them, and mean the default."""
+    return bool(getattr(experts, name, default))
 
 
 def register() -> bool:

@@ -331,7 +331,8 @@ def test_a_causal_lm_exported_with_its_present_keys_and_values_matches_eager(tmp
 
         def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
             out = self.model(input_ids=ids)
-            return (out.logits, *[t for layer in out.cache.layers for t in (layer.keys, layer.values)])
+            cache = out.cache if hasattr(out, "cache") else out.past_key_values   # 5.25 renamed it
+            return (out.logits, *[t for layer in cache.layers for t in (layer.keys, layer.values)])
     names = ["logits"] + [f"present_{i}_{kind}" for i in range(2) for kind in ("key", "value")]
     ids, path = torch.randint(0, 100, (1, 8)), tmp_path / "llama.onnx"
     torch.onnx.export(Present().eval(), (ids,), str(path), dynamo=True, input_names=["ids"], output_names=names)
