@@ -117,9 +117,8 @@ class ImportedProgram:
         inputs = {name: _as_input(value, self.imported.graph.inputs[name].dtype, on_gpu)
                   for name, value in zip(self.imported.arguments, args)}
         outputs = self.program(**inputs, **self._bound[on_gpu], device=device)
-        position = {name: i for i, name in enumerate(self.imported.arguments)}
         for out, argument in self.imported.updates.items():   # the caller's tensor changed in place, as the model's
-            _write_back(args[position[argument]], outputs[out])
+            _write_back(args[self.imported.arguments.index(argument)], outputs[out])
         results = [outputs[name] for name in self.imported.outputs]
         if torch is not None:   # in the model's dtypes (bfloat16 comes back from numpy as float32)
             device = next(a.device for a in args if isinstance(a, torch.Tensor))

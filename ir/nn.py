@@ -11,10 +11,10 @@ from .primitives import normalize_axis
 from .tensor import Tensor, broadcast_shapes, concat, constant, equal, iota, matmul, maximum, where
 from .windows import adaptive_avg_pool, avg_pool, conv, conv_transpose, max_pool
 
-__all__ = ["relu", "topk", "put", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
+__all__ = ["relu", "sigmoid", "tanh", "gelu", "gelu_exact", "erf", "silu", "softmax", "log_softmax", "layer_norm",
            "rms_norm", "linear", "causal_mask", "attention", "rope", "matmul", "maximum", "minimum", "clamp", "power",
            "concat", "split", "embedding", "take", "index", "var", "std", "argmax", "argmin", "cumsum", "where", "constant", "iota",
-           "conv", "conv_transpose", "max_pool", "avg_pool", "adaptive_avg_pool", "batch_norm"]
+           "conv", "conv_transpose", "max_pool", "avg_pool", "adaptive_avg_pool", "batch_norm", "topk", "put"]
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU
 GELU_CUBIC = 0.044715
