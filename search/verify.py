@@ -271,6 +271,28 @@ def rounding_noise(graph: Graph, inputs: Mapping[str, np.ndarray],
     return {name: relative_l2(values[id(node)], reference[name]) for name, node in graph.outputs.items()}
 
 
+def overflow_site(graph: Graph, inputs: Mapping[str, np.ndarray]) -> str:
+    """Where the graph evaluated at its own precision first gives inf or NaN from finite operands on `inputs`, said
+    as ", first at <op> (<dtype>, <shape>) from <the user's line>", or "" where it does not."""
+    found: list[Node] = []
+    finite: set[int] = set()
+
+    def watch(node: Node, value: np.ndarray) -> None:
+        if not node.dtype.is_float or bool(np.all(np.isfinite(value))):
+            finite.add(id(node))
+        elif all(id(src) in finite for src in node.srcs):
+            found.append(node)
+            raise _OutOfRange(node)
+    try:
+        evaluate_nodes(graph.outputs.values(), check_inputs(graph, inputs, narrow=True), rounded=True,
+                       roots_only=True, watch=watch)
+    except _OutOfRange:
+        node = found[0]
+        origin = f" from {node.where}" if node.where else ""
+        return f", first at {node.op.name.lower()} ({node.dtype.value}, shape {node.shape}){origin}"
+    return ""
+
+
 def tolerance(output: Node) -> float:
     """The loosest tolerance of any dtype on the way to `output`: a float16 temporary rounds like a float16 output."""
     return max(TOLERANCE[node.dtype] for node in toposort([output]) if node.dtype.is_float or node is output)
@@ -328,10 +350,12 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
         _checked(graph, program, found, seed + LARGE_SEED_OFFSET,     # its checks are not the ones returned
                  _execution_memo(executions, LARGE_DRAW))
     if not checks:
+        last = reference_draw(graph, seed, draw - 1, memo=memo)
+        assert last is not None
         raise InconclusiveError(f"graph {graph.name!r} overflows its own dtypes on every random draw made ({draw},"
-                                f" seeds from {seed}) where the float64 reference does not: the graph as written"
-                                f" gives inf there, so random tests cannot judge its program (pass example inputs"
-                                f" at the scale it is used at)", [])
+                                f" seeds from {seed}) where the float64 reference does not{overflow_site(graph, last[0])}:"
+                                f" the graph as written gives inf there, so random tests cannot judge its program"
+                                f" (pass example inputs at the scale it is used at)", [])
     if not strict:
         raise NoiseOnlyError(f"kernel program for graph {graph.name!r} matched the reference only within the"
                              f" graph's own rounding noise on every draw (seeds from {seed}); nothing shows it"

@@ -212,8 +212,10 @@ def test_a_draw_on_which_the_graph_overflows_its_own_dtypes_is_inconclusive_not_
     """Standard normal x puts exp(30 x) past float16 on every draw: the graph as written gives inf, so the right
     program's inf is no evidence either way; verification says so (InconclusiveError) rather than rejecting it."""
     graph = _overflowing(30.0)
-    with pytest.raises(InconclusiveError, match="overflows its own dtypes on every random draw"):
+    with pytest.raises(InconclusiveError, match="overflows its own dtypes on every random draw") as raised:
         verify_program(graph, partition(graph), seed=0)
+    assert "first at exp2 (float16, shape (64,)) from" in str(raised.value)   # where, in the user's code
+    assert "test_verify.py" in str(raised.value)
 
 
 def test_an_inconclusive_draw_is_made_up_for_by_another_that_still_catches_a_wrong_program() -> None:
