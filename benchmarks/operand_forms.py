@@ -18,7 +18,7 @@ from tensorsmith.codegen.schedules import default_schedule
 from tensorsmith.executor import profile_on_gpu
 from tensorsmith.ir.kernel_program import KernelProgram
 from tensorsmith.ir.targets import get_target
-from tensorsmith.pipeline import Compilation, CompileOptions, _check, _nvrtc, _render, to_program
+from tensorsmith.pipeline import _check, built_program
 from tensorsmith.search.cost import kernel_seconds
 from tensorsmith.search.prune import AbstractChecker
 from tensorsmith.search.space import CandidateSpace
@@ -46,11 +46,9 @@ def run(graph: ts.Graph) -> None:
     for form in FORMS:
         for how in ("default", "model"):
             program = _schedules(space, getattr(space, form)(), how)
-            c = Compilation(graph, CompileOptions(), TARGET, kernel_program=program)
-            _render(c)
-            _nvrtc(c)
-            outputs, kernel_ms, total_ms = profile_on_gpu(to_program(c, report=False), inputs, warmup=5, repeat=20)
-            _check(graph, outputs, reference)   # raises before any time is printed for a wrong program
+            outputs, kernel_ms, total_ms = profile_on_gpu(built_program(graph, TARGET, program), inputs, warmup=5,
+                                                          repeat=20)
+            _check(graph, outputs, reference, inputs)   # raises before any time is printed for a wrong program
             predicted = [kernel_seconds(k, program, TARGET) * 1e6 for k in program.kernels]
             print(f"{graph.name} {form}, {how} schedules: {total_ms * 1e3:.1f} us as one graph "
                   f"(predicted {sum(predicted):.1f})")

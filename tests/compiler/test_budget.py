@@ -23,12 +23,13 @@ def test_the_search_gets_what_is_left_of_the_budget(monkeypatch) -> None:
         return real(graph, target, budget_s, *args, **kwargs)
     monkeypatch.setattr(pipeline.search, "search_program", recording)
     graph = CASES["norms"]()
-    compilation = pipeline.Compilation(graph, pipeline.CompileOptions(budget_s=40.0, profile=False),
-                                       pipeline.get_target("sm90"), chosen=graph)
-    compilation.deadline = time.monotonic() + 30.0        # ten seconds of the forty spent before the search
-    pipeline._search(compilation)
-    compilation.deadline = time.monotonic() - 5.0         # all of it spent: the search still gets half
-    pipeline._search(compilation)
+    context = pipeline.Context(graph, pipeline.CompileOptions(budget_s=40.0, profile=False),
+                               pipeline.get_target("sm90"))
+    forms = pipeline.Forms([pipeline.search.Form(graph, None)], graph)
+    context.deadline = time.monotonic() + 30.0            # ten seconds of the forty spent before the search
+    pipeline.search_stage(context, pipeline.Layered(None), forms)
+    context.deadline = time.monotonic() - 5.0             # all of it spent: the search still gets half
+    pipeline.search_stage(context, pipeline.Layered(None), forms)
     assert 29.0 < given[0] <= 30.0 and given[1] == pytest.approx(20.0)
 
 

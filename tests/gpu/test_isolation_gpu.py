@@ -18,8 +18,8 @@ from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.executor import InProcess, InWorker, LaunchPlan
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.errors import KernelFault
-from tensorsmith.ir.kernel_program import Buffer
-from tensorsmith.ir.targets import get_target
+from tensorsmith.ir.kernel_program import Buffer, KernelProgram
+from tensorsmith.ir.targets import Target, get_target
 from tensorsmith.program import CompiledKernel
 from tensorsmith.search.beam import BeamConfig
 from tensorsmith.search.engine import SearchConfig, search_program
@@ -111,33 +111,33 @@ def sabotaged(source: str, statement: str) -> str:
 
 def test_a_search_skips_candidates_that_fault_or_hang(monkeypatch: pytest.MonkeyPatch) -> None:
     graph = CASES["many_short_rows"]()
-    real_render = pipeline._render
+    real_render = pipeline.render
     plans = iter([FAULT, SPIN])      # the first candidate measured faults, the second hangs, the rest are real
 
-    def render(c: pipeline.Compilation) -> None:
-        real_render(c)
+    def render(program: KernelProgram, target: Target) -> pipeline.Rendered:
+        rendered = real_render(program, target)
         statement = next(plans, None)
-        if statement is not None:
-            first = c.rendered[0]      # NVRTC compiles build_source; the file shows source: sabotage both
-            c.rendered[0] = dataclasses.replace(first, source=sabotaged(first.source, statement),
-                                                build_source=sabotaged(first.build_source, statement))
+        if statement is None:
+            return rendered
+        first = rendered.kernels[0]      # NVRTC compiles build_source; the file shows source: sabotage both
+        return pipeline.Rendered([dataclasses.replace(first, source=sabotaged(first.source, statement),
+                                                      build_source=sabotaged(first.build_source, statement)),
+                                  *rendered.kernels[1:]])
 
-    monkeypatch.setattr(pipeline, "_render", render)
-    compilation = pipeline.Compilation(graph, pipeline.CompileOptions(), get_target("sm90"))
+    monkeypatch.setattr(pipeline, "render", render)
+    context = pipeline.Context(graph, pipeline.CompileOptions(), get_target("sm90"))
     config = SearchConfig(BeamConfig(width=2, rounds=1), MCTSConfig(iterations=12, schedules_per_kernel=4))
     with InWorker(timeout_floor_s=HANG_DEADLINE_S) as gpu:
-        result = search_program(graph, "sm90", budget_s=120, measure=pipeline._measure_on_gpu(compilation, gpu),
+        result = search_program(graph, "sm90", budget_s=120, measure=pipeline._measure_on_gpu(context, context.target, gpu),
                                 config=config)
     stats = result.stats
     assert (stats.faulted, stats.timed_out) == (1, 1)
     assert stats.measured >= 1 and result.measured_us is not None and result.measured_us > 0
     verdicts = [entry["verdict"] for entry in result.history]
     assert "faulted" in verdicts and "timed out" in verdicts
-    monkeypatch.setattr(pipeline, "_render", real_render)
-    winner = pipeline.Compilation(graph, pipeline.CompileOptions(), get_target("sm90"), kernel_program=result.program)
-    pipeline._render(winner)
-    pipeline._nvrtc(winner)
-    pipeline.measure(graph, pipeline.to_program(winner, report=False), random_inputs(graph, seed=3))
+    monkeypatch.setattr(pipeline, "render", real_render)
+    winner = pipeline.built_program(graph, get_target("sm90"), result.program)
+    pipeline.measure(graph, winner, random_inputs(graph, seed=3))
 
 
 def test_profiled_compile_measures_in_a_worker_and_leaves_none_behind() -> None:

@@ -89,12 +89,11 @@ def test_a_dropped_term_passes_the_float_check_and_not_the_exact_one() -> None:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_compiled_case_matches_its_chosen_graph_exactly(case: str) -> None:
     """The kernel program the search returns computes the graph extraction chose, element for element."""
-    compilation = pipeline.Compilation(CASES[case](), pipeline.CompileOptions(budget_s=2, profile=False),
-                                       get_target("sm90"))
-    compilation.deadline = time.monotonic() + 2.0   # as compile() sets it: without, the search has no budget at all
-    for stage in pipeline.STAGES[:4]:     # layers, saturate, extract, search
-        stage.run(compilation)
-    assert all(c.ok for c in check_exact(compilation.chosen_graph(), compilation.program(), seed=11))
+    context = pipeline.Context(CASES[case](), pipeline.CompileOptions(budget_s=2, profile=False), get_target("sm90"),
+                               deadline=time.monotonic() + 2.0)   # as compile() sets it: without, no budget at all
+    layered = pipeline.identical_layers(context)                   # layers, saturate and extract, then search
+    searched = pipeline.search_stage(context, layered, pipeline._extracted(context, layered))
+    assert all(c.ok for c in check_exact(searched.forms.chosen, searched.program, seed=11))
 
 
 def test_residues_stay_in_the_field_and_views_move_them_unchanged() -> None:
