@@ -24,7 +24,7 @@ from tensorsmith.ir import nn
 from tensorsmith.ir.dtypes import LARGEST_FINITE, DType
 from tensorsmith.ir.errors import TensorsmithError, located
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
+from tensorsmith.ir.tensor import Tensor, constant, equal, iota, logical_and, logical_not, where
 
 from . import dense_experts
 from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
@@ -179,10 +179,19 @@ def exported_aten(module: Any, example_inputs: Sequence[Any]) -> Any:
     _check_caches_initialized(example_inputs)
     try:
         with _exportable_experts(module):
-            return torch.export.export(module, tuple(example_inputs)).run_decompositions()
+            return torch.export.export(module, tuple(example_inputs)).run_decompositions(_decompositions(torch))
     except Exception as err:   # torch raises many kinds; the user needs its message, in one line
         raise TorchImportError(f"torch.export could not export {type(module).__name__}: "
                                f"{str(err).strip().splitlines()[0]}") from None
+
+
+def _decompositions(torch: Any) -> dict:
+    """The core ATen decomposition but for scaled-dot-product attention, kept whole: decomposed, it becomes the
+    device's fused kernel on a GPU but, on a CPU, a math form whose 'safe' softmax (a row masked whole gives 0)
+    no attention kernel matches, so a model imported on a CPU would compile its attention as a dozen kernels."""
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    return table
 
 
 def _register_transformers_caches(module: Any) -> None:
@@ -563,6 +572,39 @@ def _attention(node: Any, q: Tensor, k: Tensor, v: Tensor, *args: Any, **kwargs:
     return (out,) + (None,) * (len(node.target._schema.returns) - 1)
 
 
+def _scaled_dot_product(node: Any, q: Tensor, k: Tensor, v: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """F.scaled_dot_product_attention as called: nn.attention with a boolean mask (True: attend) as a bias of 0 or
+    the most negative value, a float mask as the bias itself, is_causal's mask aligned top-left as PyTorch's is,
+    and enable_gqa's key and value heads repeated for the query heads that share them."""
+    named = _named_arguments(node, (q, k, v, *args), kwargs)
+    if named.get("dropout_p"):
+        raise TorchImportError(f"scaled_dot_product_attention with dropout_p={named['dropout_p']}: dropout is random"
+                               f" and tensorsmith compiles inference; call model.eval() before exporting")
+    mask = named.get("attn_mask")
+    bias = None
+    if isinstance(mask, Tensor):
+        bias = _masked(mask, q.dtype) if mask.dtype == DType.BOOL else mask
+    causal = bool(named.get("is_causal", False))
+    if causal and q.shape[-2] != k.shape[-2]:   # nn.attention's mask is aligned bottom-right, PyTorch's top-left
+        seen = iota((q.shape[-2], k.shape[-2]), 1) <= iota((q.shape[-2], k.shape[-2]), 0)
+        hidden = _masked(seen, q.dtype)
+        bias, causal = (hidden if bias is None else bias + hidden), False
+    if named.get("enable_gqa") and k.shape[-3] != q.shape[-3]:
+        k, v = (_repeated_heads(t, q.shape[-3]) for t in (k, v))
+    return nn.attention(q, k, v, causal=causal, scale=named.get("scale"), bias=bias)
+
+
+def _masked(attend: Tensor, dtype: DType) -> Tensor:
+    """A boolean mask (True: attend) as the bias that adds it: 0, or the dtype's most negative value."""
+    return where(attend, constant(0.0, (), dtype), constant(finite(-math.inf, dtype), (), dtype))
+
+
+def _repeated_heads(x: Tensor, heads: int) -> Tensor:
+    """(..., H, T, D) as (..., heads, T, D), each of its heads repeated for heads // H consecutive ones."""
+    *lead, h, t, d = x.shape
+    return x.reshape((*lead, h, 1, t, d)).expand((*lead, h, heads // h, t, d)).reshape((*lead, heads, t, d))
+
+
 def _named_arguments(node: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     """The call's arguments by the names of the op's schema, defaults filled in."""
     named = {}
@@ -666,6 +708,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.mm.default": lambda node, a, b: a @ b, "aten.bmm.default": lambda node, a, b: a @ b,
     "aten.addmm.default": _addmm,
     "aten.native_layer_norm.default": _layer_norm, "aten._fused_rms_norm.default": _fused_rms_norm,
+    "aten.scaled_dot_product_attention.default": _scaled_dot_product,
     "aten._scaled_dot_product_cudnn_attention.default": _attention,
     "aten._scaled_dot_product_flash_attention.default": _attention,
     "aten._scaled_dot_product_efficient_attention.default": _attention,

@@ -8,6 +8,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: from_torch needs it")
 F = torch.nn.functional
 
+import tensorsmith as ts  # noqa: E402
+from tensorsmith.codegen.attention import attention_match  # noqa: E402
 from tensorsmith.codegen.runtime import gpu_available  # noqa: E402
 from tensorsmith.ir.errors import TensorsmithError  # noqa: E402
 from tensorsmith.torch_import import TorchImportError, from_torch, import_torch  # noqa: E402
@@ -50,7 +52,9 @@ def _seeded() -> None:
 def test_a_decoder_block_written_in_pytorch_compiles_and_matches_eager() -> None:
     block = Block().eval()
     program = from_torch(block, (torch.randn(2, 16, 64),), profile=False, **QUICK)
-    assert program.imported.arguments == ["x"] and len(program.imported.bound) >= 7   # the weights are bound
+    assert program.imported.arguments == ["x"]      # the weights are bound (gate and up joined in one product)
+    assert {"norm1_weight", "norm2_weight", "qkv_weight", "o_weight", "down_weight", "gate_up_weight"} <= set(
+        program.imported.bound)
     x = torch.randn(2, 16, 64)                      # other inputs than the export's
     with torch.no_grad():
         assert _relative(program(x), block(x)) < 1e-5
@@ -530,6 +534,42 @@ def test_a_llama_layers_products_are_two_joined_ones() -> None:
     assert sorted(joined) == ["model_layers_0_mlp_down_proj_weight", "model_layers_0_mlp_gate_proj_up_proj_weight",
                               "model_layers_0_self_attn_o_proj_weight",
                               "model_layers_0_self_attn_q_proj_k_proj_v_proj_weight"]
+
+
+def test_sdpa_imported_on_the_cpu_is_one_attention_per_layer() -> None:
+    """F.scaled_dot_product_attention is kept whole through the export, so a model exported on a CPU has the
+    attention a GPU export has (there, the device's fused kernel): decomposed, its 'safe' softmax (a row masked
+    whole gives 0) matched no attention kernel and a 2-layer Llama compiled to 52 kernels, not 35."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=100, num_hidden_layers=2)
+    model = transformers.LlamaForCausalLM(config).to(torch.float16).eval()   # the attention kernel's dtypes
+    imported = import_torch(model, (torch.randint(0, 100, (1, 8)),))
+    attentions = [node for node in imported.graph.nodes() if node.op.name == "SUM" and attention_match(node)]
+    assert len(attentions) == 2 and not any(node.op.name == "MAX" and node.dtype.name == "BOOL"
+                                            for node in imported.graph.nodes())   # no any() of a safe softmax
+
+
+@pytest.mark.parametrize("kind", ["bool_mask", "float_mask", "causal", "causal_fewer_queries", "gqa"])
+def test_sdpa_masks_causality_and_grouped_heads_match_torch(kind: str) -> None:
+    """A boolean mask (True: attend), a float one (added), is_causal aligned top-left as PyTorch aligns it where
+    there are fewer queries than keys, and enable_gqa's shared key and value heads."""
+    class Attend(torch.nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            if kind == "bool_mask":
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            if kind == "float_mask":
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.float() * -3.0)
+            if kind == "gqa":
+                return F.scaled_dot_product_attention(q, k[:, :2], v[:, :2], is_causal=True, enable_gqa=True)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    queries = 5 if kind == "causal_fewer_queries" else 8
+    q, k, v = torch.randn(1, 4, queries, 16), torch.randn(1, 4, 8, 16), torch.randn(1, 4, 8, 16)
+    mask = torch.rand(1, 1, queries, 8) > 0.3
+    mask[..., 0] = True   # no row masked whole
+    imported = import_torch(Attend(), (q, k, v, mask))
+    got = ts.evaluate(imported.graph, {name: t.numpy() for name, t in zip(imported.graph.inputs, (q, k, v, mask))})
+    assert np.abs(next(iter(got.values())) - Attend()(q, k, v, mask).numpy()).max() < 1e-5
 
 
 @pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
