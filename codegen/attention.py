@@ -28,7 +28,8 @@ from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import REDUCE, Op
 from tensorsmith.ir.patterns import MASK_LIMIT, AttentionMatch, attention_index, match_attention
 
-from .emit import Emitter, NotFusable, c_literal, delinearize, is_inline_reduce, pair_store, row_major_strides
+from .emit import (Emitter, NotFusable, c_literal, delinearize, is_inline_reduce, pair_store, row_major_strides,
+                   stored_through_views)
 from .declare import PYTHON
 from .matmul import MMA_TYPES, SHARED_LIMIT, TMA_MAX_RANK, WGMMA_ARCH
 from .spaces import (MMA_BYTES, SM_COUNT, TMA_BQ, TMA_STAGES, attention_registers,
@@ -55,7 +56,9 @@ def attention_match(node: Node) -> AttentionMatch | None:
 
 
 def kernel_attention(root: Node) -> AttentionMatch | None:
-    """The attention that a kernel's output `root` is elementwise over (same shape, no reduction between), or None."""
+    """The attention that a kernel's output `root` is elementwise over (same shape, no reduction between), or None;
+    the output may be a permuted or reshaped view of such a value (`stored_through_views`)."""
+    root, _, _ = stored_through_views(root)
     for node in reversed(toposort([root])):
         if (node.op == Op.SUM and node.shape == root.shape and (match := attention_match(node)) is not None
                 and _elementwise_over(root, node)):     # (the walk last: a deep body has many sums of its shape)
@@ -436,7 +439,7 @@ def _replaced(root: Node, target: Node, replacement: Node) -> Node:
 def _epilogue(shapes: dict, match: AttentionMatch, name: str, out: Node, batch: tuple[str, ...], qn: str) -> str:
     """The output at (query qi, element hd) from `acc` (the unnormalised P V), `l_row` (the row's sum of
     exponentials) and `m_row` (its max score): the normalisation, then whatever the output computes; stored."""
-    emitter, index, value = _output_value(shapes, match, out, batch, qn, indent=3)
+    emitter, index, value = _output_value(shapes, match, name, out, batch, qn, indent=3)
     emitter.store(name, out.dtype, index, value)
     return "\n".join(emitter.lines)
 
@@ -444,15 +447,18 @@ def _epilogue(shapes: dict, match: AttentionMatch, name: str, out: Node, batch: 
 def _pair_store(shapes: dict, match: AttentionMatch, name: str, out: Node, batch: tuple[str, ...],
                 qn: str) -> dict | None:
     """The same output as a value of (qi, hd, acc, l_row, m_row), for attention_tma.cu.j2 to store a lane's two
-    neighbouring elements (hd even) with one 4-byte store: for a 16-bit output (its rows, DV, are even)."""
-    emitter, index, value = _output_value(shapes, match, out, batch, qn, indent=4)
-    return pair_store(emitter, value, name, out.dtype, index)
+    neighbouring elements (hd even) with one 4-byte store: for a 16-bit output (its rows, DV, are even) whose
+    stored rows keep hd last."""
+    emitter, index, value = _output_value(shapes, match, name, out, batch, qn, indent=4)
+    return pair_store(emitter, value, name, out.dtype, index) if index[-1] == "hd" else None
 
 
-def _output_value(shapes: dict, match: AttentionMatch, out: Node, batch: tuple[str, ...], qn: str,
+def _output_value(shapes: dict, match: AttentionMatch, name: str, out: Node, batch: tuple[str, ...], qn: str,
                   indent: int) -> tuple[Emitter, tuple[str, ...], str]:
-    """An emitter holding the statements of the output's value at (batch, qi, hd), that index, and the value."""
-    emitter = Emitter(shapes, indent=indent)
+    """An emitter holding the statements of the output's value at (batch, qi, hd), the index it is stored at
+    (through the output's views, `stored_through_views`), and the value."""
+    out, order, stored = stored_through_views(out)
+    emitter = Emitter({**shapes, name: stored}, indent=indent)
     row = batch + (qn,)
     last = match.score.ndim - 1
     for node in toposort([out]):
@@ -467,4 +473,4 @@ def _output_value(shapes: dict, match: AttentionMatch, out: Node, batch: tuple[s
         value = "o_value"
     index = batch + (qn, "hd")
     emitter.reduced[id(match.output)] = (index, value)
-    return emitter, index, emitter.value(out, index)
+    return emitter, tuple(index[axis] for axis in order), emitter.value(out, index)

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from tensorsmith.ir.dtypes import DType
-from tensorsmith.ir.node import Node
+from tensorsmith.ir.node import Node, squeezed
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import GatherMatch, match_gather
 
@@ -89,6 +89,21 @@ def delinearize(flat: str, shape: tuple[int, ...]) -> Index:
     return tuple(out)
 
 
+def stored_through_views(out: Node) -> tuple[Node, tuple[int, ...], tuple[int, ...]]:
+    """`out` as reshapes of permutes of the node a kernel computes: that node, the order of its axes in which the
+    permutes store it, and the permuted shape. A kernel that computes the node at index I stores it at the output's
+    row-major offset of (I[a] for a in the order) in that shape (a reshape keeps the row-major order): an attention
+    writes (B, H, T, D) straight into the (B, T, H * D) rows that the next product reads, with no copy kernel."""
+    node = out
+    while node.op == Op.RESHAPE:
+        node = node.srcs[0]
+    shape, order = node.shape, tuple(range(node.ndim))
+    while node.op == Op.PERMUTE:
+        order = tuple(node.arg[axis] for axis in order)
+        node = node.srcs[0]
+    return node, order, shape
+
+
 def view_source_index(node: Node, index: Index) -> tuple[Index, str | None]:
     """The index into a view's source, and a C condition under which the element exists (PAD only)."""
     src = node.srcs[0]
@@ -116,7 +131,7 @@ def view_source_index(node: Node, index: Index) -> tuple[Index, str | None]:
 
 
 def _reshape_index(index: Index, shape: tuple[int, ...], src_shape: tuple[int, ...]) -> Index:
-    if [d for d in shape if d != 1] == [d for d in src_shape if d != 1]:
+    if squeezed(shape) == squeezed(src_shape):
         # only size-1 axes come or go: carry the other indices across unchanged
         kept = iter(i for i, d in zip(index, shape) if d != 1)
         return tuple("0" if d == 1 else next(kept) for d in src_shape)

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.kernel_program import Kernel, Schedule
-from tensorsmith.ir.node import Node
+from tensorsmith.ir.node import Node, squeezed
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import MatmulMatch, match_gather, match_matmul
 from tensorsmith.ir.targets import TARGETS
@@ -210,9 +210,10 @@ def _matmul_plan(kernel_name: str, outputs: tuple, shapes_key: tuple) -> dict:
     name, out = kernel.outputs[0]
     reduces = [n for n in kernel.body if n.op in (Op.SUM, Op.MAX) and tensor_core_match(n)]
     match = tensor_core_match(reduces[0]) if reduces else None
-    if match is None or out.shape != match.reduce.shape:
+    if match is None or squeezed(out.shape) != squeezed(match.reduce.shape):
         raise NotFusable(reduces[0] if reduces else out, "the output is not elementwise over one matmul")
     batch = tuple(f"b{axis}" for axis in range(len(match.batch_shape)))
+    at, out_at = _epilogue_indices(out.shape, match.reduce.shape, batch + ("m", "n"))
     coords = list(zip(batch, delinearize("batch", match.batch_shape)))
     load_a, value_a, a_major, copy_a = _operand(shapes, match.lhs, batch + ("m", "kk", "0"), ("kk", "m"))
     load_b, value_b, b_major, copy_b = _operand(shapes, match.rhs, batch + ("0", "kk", "n"), ("n", "kk"))
@@ -222,11 +223,23 @@ def _matmul_plan(kernel_name: str, outputs: tuple, shapes_key: tuple) -> dict:
     copy_a = copy_a if fast[a_major] % elements == 0 else None   # whole 16-byte chunks, in or out of the matrix
     copy_b = copy_b if fast[b_major] % elements == 0 else None
     epilogue = Emitter(shapes, indent=5)
-    epilogue.reduced[id(match.reduce)] = (batch + ("m", "n"), "acc_value")
-    epilogue.store(name, out.dtype, batch + ("m", "n"), epilogue.value(out, batch + ("m", "n")))
+    epilogue.reduced[id(match.reduce)] = (at, "acc_value")
+    epilogue.store(name, out.dtype, out_at, epilogue.value(out, out_at))
     return {"match": match, "coords": coords, "load_a": load_a, "value_a": value_a, "load_b": load_b,
             "value_b": value_b, "a_major": a_major, "b_major": b_major, "copy_a": copy_a, "copy_b": copy_b,
-            "epilogue": epilogue, "pair_store": _pair_store(shapes, match, name, out, batch), **computed}
+            "epilogue": epilogue, "pair_store": _pair_store(shapes, match, name, out, at, out_at), **computed}
+
+
+def _epilogue_indices(out: tuple[int, ...], product: tuple[int, ...],
+                      names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The product's index (`names`, "0" on its unit axes) and the output's, where the output has the product's
+    axes but for unit ones that come or go on the way (a model's (1, T, N) view of its (T, N) product): the epilogue
+    computes the output at the product's element and stores it at the same offset, with no copy kernel after."""
+    if out == product:
+        return names, names
+    at = tuple("0" if d == 1 else name for name, d in zip(names, product))
+    kept = iter(name for name in at if name != "0")
+    return at, tuple("0" if d == 1 else next(kept) for d in out)
 
 
 def _plain_load(lines: list[str]) -> bool:
@@ -234,14 +247,15 @@ def _plain_load(lines: list[str]) -> bool:
     return len(lines) == 1
 
 
-def _pair_store(shapes: dict, match: MatmulMatch, name: str, out: Node, batch: tuple[str, ...]) -> dict | None:
+def _pair_store(shapes: dict, match: MatmulMatch, name: str, out: Node, at: tuple[str, ...],
+                out_at: tuple[str, ...]) -> dict | None:
     """The epilogue as a value of (m, n, acc_value), for the wgmma templates to store two neighbouring columns
     with one 4-byte store, where the output is 16-bit and N is even; else None."""
     if match.dims[1] % 2:
         return None
     emitter = Emitter(shapes, indent=1)
-    emitter.reduced[id(match.reduce)] = (batch + ("m", "n"), "acc_value")
-    return pair_store(emitter, emitter.value(out, batch + ("m", "n")), name, out.dtype, batch + ("m", "n"))
+    emitter.reduced[id(match.reduce)] = (at, "acc_value")
+    return pair_store(emitter, emitter.value(out, out_at), name, out.dtype, out_at)
 
 
 def _operand(shapes: dict, node: Node, index: tuple[str, ...],

@@ -35,6 +35,11 @@ class Node:
         return f"Node({self.op}{arg}, shape={self.shape}, dtype={self.dtype})"
 
 
+def squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` without its unit axes: two shapes alike so hold the same elements in the same order."""
+    return tuple(size for size in shape if size != 1)
+
+
 def toposort(roots: Iterable[Node], stops: AbstractSet[int] = frozenset(),
              first: Callable[[Node], int] | None = None) -> list[Node]:
     """Every node reachable from `roots`, each after its sources (iterative: graphs can be deep).

@@ -16,7 +16,7 @@ from tensorsmith.codegen.matmul import tensor_core_match
 from tensorsmith.codegen.render import check_renders
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.kernel_program import Buffer, Kernel, KernelProgram, output_copies
-from tensorsmith.ir.node import Node, toposort
+from tensorsmith.ir.node import Node, squeezed, toposort
 from tensorsmith.ir.ops import COMPUTE, ELEMENTWISE, Op, REDUCE, VIEWS
 from tensorsmith.ir.patterns import match_gather, match_matmul
 
@@ -42,11 +42,51 @@ def legalise(graph: Graph, materialised: set[int], bodies: Bodies | None = None)
         program, origins = build_program(graph, materialised, bodies)
         refused = _refusals(program, origins, bodies)
         if not refused:
-            return program, materialised
+            return _views_absorbed(graph, program, origins, materialised, bodies)
         again = refused.keys() & materialised
         if again:
             raise AssertionError(f"codegen refused {refused[next(iter(again))]} again")
         materialised |= set(refused)
+
+
+def _views_absorbed(graph: Graph, program: KernelProgram, origins: Origins, materialised: set[int],
+                    bodies: Bodies) -> tuple[KernelProgram, set[int]]:
+    """`program` without the kernels that only copy a temporary through views (a (T, N) product as the model's
+    (1, T, N) output, an attention's heads as the rows a product reads), where the kernel writing that temporary
+    takes the views itself (codegen stores through them) and nothing else reads it: a refusal that gave a matmul
+    its own buffer, or a search's move, leaves such copies, which cost a pass over the whole value."""
+    outputs = {id(node) for node in graph.outputs.values()}
+    copied = [origins[id(source)] for kernel in program.kernels if (source := _view_source(kernel)) is not None]
+    copied = [node for node in copied if id(node) in materialised and id(node) not in outputs]
+    if not copied:
+        return program, materialised
+    readers = _readers(graph.nodes())
+    for node in copied:
+        if not _read_through_views_once(node, readers, materialised | outputs):
+            continue
+        fewer = materialised - {id(node)}
+        fused, fused_origins = build_program(graph, fewer, bodies)
+        if not _refusals(fused, fused_origins, bodies):
+            program, materialised = fused, fewer
+    return program, materialised
+
+
+def _view_source(kernel: Kernel) -> Node | None:
+    """The one buffer load a kernel of views alone copies, else None."""
+    body = kernel.body
+    loads = [node for node in body if node.op == Op.INPUT]
+    return loads[0] if len(loads) == 1 and all(node.op in VIEWS for node in body if node.op != Op.INPUT) else None
+
+
+def _read_through_views_once(node: Node, readers: dict[int, list[Node]], roots: set[int]) -> bool:
+    """Whether `node` is read by one chain of views, each read by the next alone, up to a kernel's root."""
+    while len(readers.get(id(node), [])) == 1:
+        node = readers[id(node)][0]
+        if node.op not in VIEWS:
+            return False
+        if id(node) in roots:
+            return True
+    return False
 
 
 def _refusals(program: KernelProgram, origins: Origins, bodies: Bodies) -> dict[int, Node]:
@@ -101,7 +141,7 @@ def computed_operands(graph: Graph) -> list[Node]:
         match = tensor_core_match(node) if node.op == Op.SUM and id(node) not in in_attention else None
         for operand in (match.lhs, match.rhs) if match is not None else ():
             view = source = operand.srcs[0]
-            while view.op == Op.RESHAPE and _squeezed(view.shape) == _squeezed(view.srcs[0].shape):
+            while view.op == Op.RESHAPE and squeezed(view.shape) == squeezed(view.srcs[0].shape):
                 view = view.srcs[0]   # past the unit axes that matmul's lowering adds: the operand as a matrix
             while source.op in VIEWS:
                 source = source.srcs[0]
@@ -175,10 +215,6 @@ def _readers(nodes: list[Node]) -> dict[int, list[Node]]:
         for src in node.srcs:
             readers.setdefault(id(src), []).append(node)
     return readers
-
-
-def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(size for size in shape if size != 1)
 
 
 def materialisable(graph: Graph) -> list[Node]:
@@ -287,7 +323,7 @@ def _archetype(body: Node) -> str:
         return "pointwise"
     if kernel_attention(body) is not None:     # softmax(score(q @ k^T)) @ v and its elementwise epilogue
         return "attention"
-    if len(cooperative) == 1 and tensor_core_match(cooperative[0]) and cooperative[0].shape == body.shape:
+    if len(cooperative) == 1 and tensor_core_match(cooperative[0]) and squeezed(cooperative[0].shape) == squeezed(body.shape):
         return "matmul"
     return "row_reduce"
 

@@ -51,6 +51,18 @@ def attention_graph(name: str, case: Case) -> ts.Graph:
     return g
 
 
+def rows_graph(name: str, case: Case) -> ts.Graph:
+    """o = nn.attention(q, k, v) as the (batch, queries, heads * d) rows an output projection reads (a model's
+    transpose(1, 2).reshape): the attention kernel stores them so itself."""
+    batch, heads, queries, keys, dim, dtype, causal = case
+    g = ts.Graph(name)
+    q = g.input("q", (batch, heads, queries, dim), dtype)
+    k = g.input("k", (batch, heads, keys, dim), dtype)
+    v = g.input("v", (batch, heads, keys, dim), dtype)
+    g.output("o", nn.attention(q, k, v, causal=causal).transpose(1, 2).reshape((batch, queries, heads * dim)))
+    return g
+
+
 def biased_graph(name: str, case: Case) -> ts.Graph:
     """o = nn.attention(q, k, v, bias=bias), the bias (batch, 1, queries, keys) in q's dtype broadcast over the
     heads: the padding or causal mask Hugging Face's models pass to scaled_dot_product_attention."""

@@ -60,6 +60,18 @@ def _row_sliced() -> ts.Graph:
     return g
 
 
+def _unit_axes(residual: bool) -> ts.Graph:
+    """A model's (1, T, N) view of its (T, N) product, ragged in every tile: with a residual added to it (the add
+    is the epilogue), or as the graph's output itself (stored where the product is, with no copy kernel after)."""
+    g = ts.Graph("unit_axes_residual" if residual else "unit_axes_output")
+    product = g.input("x", (200, 136), "float16") @ g.input("w", (328, 136), "float16").transpose(0, 1)
+    if residual:
+        g.output("y", product.reshape((1, 200, 328)) + g.input("r", (1, 200, 328), "float16"))
+    else:
+        g.output("y", product.reshape((1, 200, 1, 328)))
+    return g
+
+
 MATMUL_CASES: dict[str, Callable[[], ts.Graph]] = {
     "dividing": lambda: _product("dividing", 128, 256, 128),
     "ragged": lambda: _product("ragged", 100, 72, 40),
@@ -73,6 +85,8 @@ MATMUL_CASES: dict[str, Callable[[], ts.Graph]] = {
     "batched": _batched,
     "row_sliced": _row_sliced,
     "shared_weight": _shared_weight,
+    "unit_axes_residual": lambda: _unit_axes(residual=True),
+    "unit_axes_output": lambda: _unit_axes(residual=False),
     # float32 as 3xTF32: 4-float copies, ragged tiles, every operand layout, and K in no whole copy (the prologue)
     "float32_ragged": lambda: _product("f32_ragged", 100, 72, 40, "float32"),
     "float32_b_transposed": lambda: _product("f32_b_t", 128, 256, 128, "float32", b_t=True),

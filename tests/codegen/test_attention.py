@@ -14,7 +14,7 @@ import pytest
 
 import tensorsmith as ts
 from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, BIASED_CASES, GQA_CASES, WGMMA_SCHEDULES,
-                             attention_graph, attention_program, biased_graph, gqa_graph)
+                             attention_graph, attention_program, biased_graph, gqa_graph, rows_graph)
 from tensorsmith import nn, rewrites, search
 from tensorsmith.codegen import attention
 from tensorsmith.codegen.matmul import SM_COUNT
@@ -464,3 +464,14 @@ def test_wgmma_score_function_takes_the_mask_branch_once_per_tile(case: str) -> 
     _, kernel = attention_program(attention_graph(case, ATTENTION_CASES[case]), WGMMA_SCHEDULES[-1])
     assert ("      if (unmasked) {\n        #pragma unroll" in kernel.source) == ATTENTION_CASES[case][6]
     assert kernel.source.count("const float dot = r_s[4 * j + e];") == (2 if ATTENTION_CASES[case][6] else 1)
+
+
+@pytest.mark.parametrize("schedule", [None, WGMMA_SCHEDULES[0]], ids=["default", "wgmma"])
+def test_attention_stores_the_rows_an_output_projection_reads(schedule: dict[str, int] | None) -> None:
+    """attention(q, k, v).transpose(1, 2).reshape(b, t, h * d), the rows a model's o projection reads, is one
+    attention kernel storing (b, h, t, d) at (b, t, h, d)'s offsets: no copy kernel after it."""
+    graph = rows_graph("rows", ATTENTION_CASES["prefill_fp16_d128_100_causal"])   # (2, 2, 100, 100, 128)
+    program, kernel = attention_program(graph, schedule)
+    assert [k.archetype for k in program.kernels] == ["attention"]
+    assert "g_o[(b0) * 25600 + (qi) * 256 + (b1) * 128 + (hd)]" in kernel.source
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))

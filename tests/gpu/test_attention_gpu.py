@@ -9,7 +9,7 @@ import pytest
 
 import tensorsmith as ts
 from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, BIASED_CASES, GQA_CASES, WGMMA_SCHEDULES,
-                             attention_graph, attention_program, biased_graph, gqa_graph)
+                             attention_graph, attention_program, biased_graph, gqa_graph, rows_graph)
 from kernel_launch import assert_cpu_predicts, run_rendered
 from tensorsmith.codegen import attention
 from tensorsmith.model_loader import load_graph
@@ -116,3 +116,12 @@ def test_a_bias_in_the_score_is_read_at_each_scores_indices(case: str, schedule:
     """A (batch, 1, queries, keys) bias broadcast over the heads, at lengths that do and do not divide the tiles,
     on mma.sync and (prefill) wgmma."""
     _check_kernel(biased_graph(case, ATTENTION_CASES[case]), schedule)
+
+
+@pytest.mark.parametrize("case,schedule", [
+    ("prefill_fp16_d128_100_causal", None), ("prefill_fp16_d128_100_causal", ATTENTION_SCHEDULES[0]),
+    ("prefill_bf16_d64_77_causal", WGMMA_SCHEDULES[0]), ("decode_fp16_d128_1x300", None)],
+    ids=["default", "mma_sync", "wgmma", "decode"])
+def test_attention_stored_as_the_rows_an_output_projection_reads_matches_reference(
+        case: str, schedule: dict[str, int] | None) -> None:
+    _check_kernel(rows_graph(case, ATTENTION_CASES[case]), schedule)

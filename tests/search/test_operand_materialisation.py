@@ -173,3 +173,35 @@ def test_with_a_gpu_the_search_takes_the_operand_form_that_measures_faster(faste
     result = search_program(graph, "sm90", budget_s=60, measure=measure,
                             config=SearchConfig(BeamConfig(width=1, rounds=1), MCTSConfig(iterations=4)))
     assert result.measured_us == 1e3 and program_structure(result.program) == fast
+
+
+def _norm_then_logits() -> ts.Graph:
+    """A model's last norm and its (T, V) logits returned as (1, T, V), as a causal LM returns them."""
+    g = ts.Graph("logits")
+    x = g.input("x", (1, 64, 256), "float16")
+    normed = nn.rms_norm(x, g.input("norm", (256,), "float16"))
+    g.output("y", (normed.reshape((64, 256)) @ g.input("w", (320, 256), "float16").transpose(0, 1))
+             .reshape((1, 64, 320)))
+    return g
+
+
+def _copies_through_views(program: KernelProgram) -> list:
+    return [kernel for kernel in program.kernels
+            if all(node.op in VIEWS or node.op == Op.INPUT for node in kernel.body)]
+
+
+@pytest.mark.parametrize("graph", [_norm_then_logits, decoder_block], ids=["logits", "decoder_block"])
+def test_no_start_of_the_search_copies_a_temporary_through_views(graph) -> None:
+    """A refusal that gives the logits' product a buffer of its own, or the operands' start that gives the
+    attention's rows one, would leave a kernel that only copies a temporary into another layout (a pass over the
+    logits: 64 us of a 2-layer Llama at 512 tokens); the kernel writing the temporary stores through the views
+    instead, and every start still computes the graph."""
+    graph = graph()
+    space = CandidateSpace(graph, SM90, AbstractChecker())
+    for start in (space.greedy, space.operands_materialised, space.computed_once):
+        program = space.program(start())
+        assert not _copies_through_views(program), start.__name__
+        verify_program(graph, program, seed=0)
+    logits = space.program(space.greedy())
+    if graph.name == "logits":
+        assert [(k.archetype, k.writes) for k in logits.kernels][-1] == ("matmul", ("y",))
