@@ -20,10 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tensorsmith.ir import nn
 from tensorsmith.ir.dtypes import LARGEST_FINITE, DType
 from tensorsmith.ir.errors import TensorsmithError, located
 from tensorsmith.ir.graph import Graph
+from tensorsmith.ir.node import Node
+from tensorsmith.ir.ops import Op
 from tensorsmith.ir.tensor import Tensor, constant, equal, iota, logical_and, logical_not, where
 
 from . import dense_experts
@@ -296,6 +300,9 @@ def _tensor(value: Any, imported: ImportedModel, what: str) -> Tensor:
     flat = tensor.detach().reshape(-1)
     if flat.numel() > 0 and bool((flat == flat[0]).all()) and not math.isnan(float(flat[0])):
         return constant(finite(flat[0].item(), dtype), tuple(tensor.shape), dtype)
+    offset = _causal_pattern(tensor.detach())
+    if offset is not None:   # computed from indices, so that an attention reads it as causal
+        return _causal(offset, tuple(tensor.shape))
     held = tensor.detach()
     if dtype in LARGEST_FINITE:   # infinities as the largest finite values, as a constant's are (imported.finite)
         held = held.clamp(-LARGEST_FINITE[dtype], LARGEST_FINITE[dtype])
@@ -595,8 +602,39 @@ def _scaled_dot_product(node: Any, q: Tensor, k: Tensor, v: Tensor, *args: Any, 
 
 
 def _masked(attend: Tensor, dtype: DType) -> Tensor:
-    """A boolean mask (True: attend) as the bias that adds it: 0, or the dtype's most negative value."""
-    return where(attend, constant(0.0, (), dtype), constant(finite(-math.inf, dtype), (), dtype))
+    """A boolean mask (True: attend) as the float32 bias that adds it: 0, or `dtype`'s most negative value, as
+    (not attend) times that value, the form in which the attention kernel reads a causal mask from its indices
+    (ir.patterns._causal_mask: it skips the tiles past the diagonal and loads no mask)."""
+    node = attend.node
+    negated = node.op == Op.LESS_THAN and _constant_true(node.srcs[1])   # logical_not(x) is x < True
+    hidden = Tensor(node.srcs[0]) if negated else logical_not(attend)   # not (not x) is x
+    return hidden.cast(DType.FLOAT32) * finite(-math.inf, dtype)
+
+
+def _constant_true(node: Node) -> bool:
+    while node.op in (Op.EXPAND, Op.RESHAPE):
+        node = node.srcs[0]
+    return node.op == Op.CONSTANT and node.dtype == DType.BOOL and bool(node.arg)
+
+
+def _causal_pattern(mask: Any) -> int | None:
+    """d where a folded boolean mask (..., Tq, Tk) is True exactly where key <= query + d in every leading index
+    (a causal mask folded at import, as transformers makes it), else None."""
+    if str(mask.dtype) != "torch.bool" or mask.ndim < 2 or mask.numel() == 0:
+        return None
+    held = mask.cpu().numpy().reshape(-1, *mask.shape[-2:])
+    queries, keys = held.shape[-2:]
+    offset = int(held[0, 0].sum()) - 1
+    causal = np.arange(keys)[None, :] <= np.arange(queries)[:, None] + offset
+    return offset if bool((held == causal).all()) else None
+
+
+def _causal(offset: int, shape: tuple[int, ...]) -> Tensor:
+    """The boolean mask of `causal_pattern` built from indices: not (query + d < key)."""
+    queries, keys = shape[-2:]
+    later = iota((queries, keys), 0) + offset < iota((queries, keys), 1)
+    return logical_not(later.reshape((1,) * (len(shape) - 2) + (queries, keys)).expand(shape))   # the not last
+                                                                                          # (_masked takes it off)
 
 
 def _repeated_heads(x: Tensor, heads: int) -> Tensor:

@@ -12,6 +12,7 @@ import tensorsmith as ts  # noqa: E402
 from tensorsmith.codegen.attention import attention_match  # noqa: E402
 from tensorsmith.codegen.runtime import gpu_available  # noqa: E402
 from tensorsmith.ir.errors import TensorsmithError  # noqa: E402
+from tensorsmith.ir.patterns import match_attention  # noqa: E402
 from tensorsmith.torch_import import TorchImportError, from_torch, import_torch  # noqa: E402
 from tensorsmith.suite.imported import SMALL_MODULES  # noqa: E402
 
@@ -536,7 +537,7 @@ def test_a_llama_layers_products_are_two_joined_ones() -> None:
                               "model_layers_0_self_attn_q_proj_k_proj_v_proj_weight"]
 
 
-def test_sdpa_imported_on_the_cpu_is_one_attention_per_layer() -> None:
+def test_sdpa_imported_on_the_cpu_is_one_causal_attention_per_layer() -> None:
     """F.scaled_dot_product_attention is kept whole through the export, so a model exported on a CPU has the
     attention a GPU export has (there, the device's fused kernel): decomposed, its 'safe' softmax (a row masked
     whole gives 0) matched no attention kernel and a 2-layer Llama compiled to 52 kernels, not 35."""
@@ -548,6 +549,10 @@ def test_sdpa_imported_on_the_cpu_is_one_attention_per_layer() -> None:
     attentions = [node for node in imported.graph.nodes() if node.op.name == "SUM" and attention_match(node)]
     assert len(attentions) == 2 and not any(node.op.name == "MAX" and node.dtype.name == "BOOL"
                                             for node in imported.graph.nodes())   # no any() of a safe softmax
+    # the causal mask transformers folds is rebuilt from indices, so the kernel skips the tiles past the diagonal
+    # and loads no mask
+    assert [match_attention(node).causal_offset for node in attentions] == [0, 0]
+    assert not [node for node in imported.graph.inputs.values() if node.dtype.name == "BOOL"]
 
 
 @pytest.mark.parametrize("kind", ["bool_mask", "float_mask", "causal", "causal_fewer_queries", "gqa"])
@@ -570,6 +575,25 @@ def test_sdpa_masks_causality_and_grouped_heads_match_torch(kind: str) -> None:
     imported = import_torch(Attend(), (q, k, v, mask))
     got = ts.evaluate(imported.graph, {name: t.numpy() for name, t in zip(imported.graph.inputs, (q, k, v, mask))})
     assert np.abs(next(iter(got.values())) - Attend()(q, k, v, mask).numpy()).max() < 1e-5
+
+
+@pytest.mark.parametrize("diagonal, causal", [(0, True), (3, True), (None, False)], ids=["causal", "offset", "other"])
+def test_a_folded_causal_mask_is_rebuilt_from_indices_and_any_other_stays_a_bound_input(diagonal, causal) -> None:
+    """A mask the module makes from no input is folded at import: where it is key <= query + d it becomes that
+    comparison of indices (an attention kernel reads it as causal), any other (a padding pattern) a bound input."""
+    class Masked(torch.nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            ones = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool)
+            mask = ones.tril(diagonal) if diagonal is not None else ones.index_fill(1, torch.tensor([2, 5]), False)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    q, k, v = (torch.randn(1, 2, 8, 16).half() for _ in range(3))
+    imported = import_torch(Masked(), (q, k, v))
+    (attention,) = [node for node in imported.graph.nodes() if node.op.name == "SUM" and attention_match(node)]
+    assert (match_attention(attention).causal_offset == diagonal) if causal else bool(imported.bound)
+    inputs = {**{name: t.float().numpy() for name, t in zip(imported.arguments, (q, k, v))},
+              **{name: t.numpy() for name, t in imported.bound.items()}}
+    got = ts.evaluate(imported.graph, inputs)
+    assert np.abs(next(iter(got.values())) - Masked()(q, k, v).float().numpy()).max() < 1e-2
 
 
 @pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
