@@ -261,7 +261,8 @@ class Emitter:
         if id(node) not in self.reduced:
             raise NotFusable(node, f"{node.op} is not reduced cooperatively in this kernel")
         row_index, name = self.reduced[id(node)]
-        if index != row_index:
+        if len(index) != len(row_index) or any(at != row and size != 1   # a unit axis has one index
+                                               for at, row, size in zip(index, row_index, node.shape)):
             raise NotFusable(node, f"{node.op} is needed at {index}, not at the current row {row_index}")
         return name
 

@@ -172,10 +172,20 @@ def residual_layers(depth: int, tokens: int = 64, width: int = 256) -> ts.Graph:
     return g
 
 
+def _batch_of_one_norms() -> ts.Graph:
+    """Norms of a (1, T, D) activation, as a model called on one sequence has them: each one row kernel, its
+    statistics read back at the rows' unit batch index."""
+    g = ts.Graph("batch_of_one_norms")
+    x = g.input("x", (1, 45, 1000), "float16")
+    g.output("rms", nn.rms_norm(x, g.input("w", (1000,), "float16")))
+    g.output("layer", nn.layer_norm(x.cast("float32")))
+    return g
+
+
 CASES: dict[str, Callable[[], ts.Graph]] = {
     "pointwise_math": _pointwise_math, "views": _views, "broadcast_bf16": _broadcast_bf16,
     "integers": _integers, "lookups": _lookups, "column_sum": _column_sum, "full_sum": _full_sum, "norms": _norms,
     "many_short_rows": _many_short_rows, "rope": _rope, "matmul": _matmul, "shared_outputs": _shared_outputs,
     "attention": _attention, "tensor_core_mlp": _tensor_core_mlp, "tensor_core_batched": _tensor_core_batched,
-    "decoder_block": decoder_block,
+    "decoder_block": decoder_block, "batch_of_one_norms": _batch_of_one_norms,
 }

@@ -46,6 +46,14 @@ def test_softmax_is_one_kernel_that_reads_its_row_once_into_registers() -> None:
     assert softmax.source.count("row_reduce(acc") == 2          # max, then sum, before the epilogue
 
 
+def test_a_norm_of_a_batch_of_one_is_one_row_kernel() -> None:
+    """The row's statistic is read at index 0 of the batch's unit axis, the row kernel's own row there: a
+    (1, T, D) norm is one kernel, not a reduction and a pointwise kernel after it (twice the traffic)."""
+    program = partition(CASES["batch_of_one_norms"]())
+    assert [(kernel.archetype, kernel.writes) for kernel in program.kernels] == [
+        ("row_reduce", ("rms",)), ("row_reduce", ("layer",))]
+
+
 def test_rows_that_do_not_divide_a_vector_use_strided_loops() -> None:
     program = partition(CASES["many_short_rows"]())        # 45 columns: no vector width divides them
     (kernel,) = render_program(program)
