@@ -662,6 +662,46 @@ def test_a_greedy_loop_over_a_static_cache_gives_generates_tokens() -> None:
     assert cache.layers[0].keys[0, :, prompt + new - 2].abs().sum() > 0         # the last step's keys, written
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="needs an NVIDIA GPU")
+def test_a_float16_decode_loop_on_the_gpu_matches_eager_step_by_step() -> None:
+    """The prefill and decode programs on the GPU, each step's logits against transformers' own step on a cache of
+    its own fed the same tokens (float16 noise may part greedy tokens, so each step is compared, not the tokens)."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    model = _causal_lm("llama").half().cuda()
+    prompt, length = 8, 24
+
+    def fresh_cache() -> object:
+        cache = transformers.StaticCache(config=model.config, max_cache_len=length)
+        cache.early_initialization(1, 2, 16, torch.float16, "cuda")
+        return cache
+    step, ids = _CacheStep(model), torch.randint(0, 100, (1, prompt), device="cuda")
+    prefill = from_torch(step, (ids, torch.arange(prompt, device="cuda"), fresh_cache()), **QUICK)
+    decode = from_torch(step, (ids[:, :1], torch.tensor([prompt], device="cuda"), fresh_cache()), **QUICK)
+    ours_cache, theirs_cache = fresh_cache(), fresh_cache()
+    tokens, positions = ids, torch.arange(prompt, device="cuda")
+    with torch.no_grad():
+        for call in range(length - prompt):
+            ours = (prefill if call == 0 else decode)(tokens, positions, ours_cache)
+            theirs = step(tokens, positions, theirs_cache)
+            assert ours.is_cuda and _relative(ours, theirs) < 1e-2, call
+            tokens, positions = theirs.argmax(-1, keepdim=True), positions[-1:] + 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="needs an NVIDIA GPU")
+def test_a_float16_mixture_of_experts_on_the_gpu_matches_eager() -> None:
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    config = transformers.MixtralConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                        num_key_value_heads=2, vocab_size=100, num_hidden_layers=2,
+                                        max_position_embeddings=64, num_experts_per_tok=2, num_local_experts=4)
+    model = transformers.MixtralForCausalLM(config).eval().half().cuda()
+    ids = torch.randint(0, 100, (1, 16), device="cuda")
+    program = from_torch(model, (ids,), **QUICK)
+    with torch.no_grad():
+        assert _relative(program(ids).logits, model(ids).logits) < 1e-2
+
+
 def test_a_static_cache_not_yet_allocated_is_one_clear_error() -> None:
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     model = _causal_lm("llama")
