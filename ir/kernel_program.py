@@ -172,6 +172,36 @@ class ExecutionMemo:
             self.held -= sum(array.nbytes for array in self._stored.pop(next(iter(self._stored))))
 
 
+def merged_pointwise(kernels: list[Kernel]) -> list[Kernel]:
+    """`kernels` (in an order that runs) with each pointwise kernel joined into the first pointwise kernel of its
+    output shape that runs after everything it reads is written: one launch, with several outputs, where there were
+    many (a decode step's per-layer cache counters, read from inputs alone, and each layer's key and value cache
+    writes). Every buffer is written once, so a kernel run earlier, after its inputs, computes the same."""
+    merged: list[Kernel] = []
+    written_at: dict[str, int] = {}   # buffer -> the position in `merged` of the kernel that writes it
+    for kernel in kernels:
+        position = None
+        if kernel.archetype == "pointwise":
+            ready = max((written_at[name] for name in kernel.reads if name in written_at), default=-1)
+            position = next((i for i in range(ready + 1, len(merged)) if _joinable(merged[i], kernel)), None)
+        if position is None:
+            merged.append(kernel)
+            position = len(merged) - 1
+        else:
+            merged[position] = Kernel(merged[position].name, "pointwise",
+                                      merged[position].outputs + kernel.outputs, merged[position].schedule)
+        written_at.update((name, position) for name in kernel.writes)
+    return merged
+
+
+def _joinable(first: Kernel, other: Kernel) -> bool:
+    """Pointwise kernels of one output shape, dtype and schedule (a vector width chosen for one dtype may not suit
+    another's)."""
+    (_, node), (_, other_node) = first.outputs[0], other.outputs[0]
+    return (first.archetype == "pointwise" and node.shape == other_node.shape and first.schedule == other.schedule
+            and {n.dtype for _, n in first.outputs} == {n.dtype for _, n in other.outputs})
+
+
 def output_copies(graph: str, outputs: Mapping[str, Node], buffer_of: Mapping[int, str],
                   buffers: dict[str, Buffer]) -> list[Kernel]:
     """A copy kernel for each output whose value is in a buffer of another name (a second name for one value, or an

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from . import primitives as P
 from .dtypes import DType
 from .graph import Graph
-from .kernel_program import Buffer, Kernel, KernelProgram, output_copies
+from .kernel_program import Buffer, Kernel, KernelProgram, merged_pointwise, output_copies
 from .node import Node, consumers, toposort
 from .ops import VIEWS, Op
 from .patterns import match_matmul
@@ -330,7 +330,7 @@ def stitched(model: Graph, layers: Layers, programs: dict[str, KernelProgram]) -
         prefix = program.name + "_"
         kernels += [Kernel(f"{model.name}_{piece.tag}_{kernel.name.removeprefix(prefix)}", kernel.archetype,
                            _renamed(kernel.outputs, names), kernel.schedule) for kernel in program.kernels]
-    kernels += output_copies(model.name, model.outputs, buffer_of, buffers)
+    kernels = merged_pointwise(kernels + output_copies(model.name, model.outputs, buffer_of, buffers))
     return KernelProgram(model.name, buffers, kernels, tuple(model.inputs), {name: name for name in model.outputs})
 
 

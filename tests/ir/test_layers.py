@@ -2,12 +2,15 @@
 distinct piece a graph of its own, and a program stitched from one program per distinct piece."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from graph_cases import decoder_block, residual_layers
 
 import tensorsmith as ts
 from tensorsmith import nn
+from tensorsmith.ir.kernel_program import merged_pointwise
 from tensorsmith.ir.layers import find_layers, inline, stitched
 from tensorsmith.ir.interpreter import evaluate
 from tensorsmith.search.partition import unfused
@@ -80,3 +83,27 @@ def test_pieces_inlined_on_the_model_inputs_are_the_model() -> None:
     again.inputs, again.outputs = dict(graph.inputs), {"y": values[id(graph.outputs["y"])]}
     inputs = random_inputs(graph, seed=5)
     assert np.array_equal(evaluate(again, inputs)["y"], evaluate(graph, inputs)["y"])
+
+
+
+def test_pointwise_kernels_that_depend_on_nothing_between_them_are_joined() -> None:
+    """A stitched program joins each pointwise kernel into the first one of its shape, dtype and schedule that runs
+    after what it reads (a decode step's per-layer cache counters, read from inputs alone, become one kernel);
+    a kernel reading another's output is not joined to it, and the values are the same."""
+    g = ts.Graph("joined")
+    x, y = g.input("x", (4, 64), "float32"), g.input("y", (4, 64), "float32")
+    doubled = x * 2.0
+    g.output("after", doubled + 1.0)              # reads `doubled`: runs after it, alone
+    g.output("tripled", y * 3.0)                  # reads an input: joined to `doubled`'s kernel
+    for layer in range(3):
+        g.output(f"length{layer}", g.input(f"count{layer}", (), "int32") + 4)
+    program = unfused(g)
+    joined = merged_pointwise(list(program.kernels))
+    writes = [set(kernel.writes) for kernel in joined]
+    assert {"tripled"} < next(w for w in writes if any(name.startswith("mul") for name in w))
+    assert {"after"} in writes and {"length0", "length1", "length2"} in writes
+    assert len(joined) == len(program.kernels) - 3
+    inputs = random_inputs(g, seed=5)
+    expected = program.execute(inputs)
+    for name, value in dataclasses.replace(program, kernels=joined).execute(inputs).items():
+        assert np.array_equal(value, expected[name]), name
