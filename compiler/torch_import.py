@@ -630,7 +630,7 @@ def _causal_pattern(mask: Any) -> int | None:
 
 
 def _causal(offset: int, shape: tuple[int, ...]) -> Tensor:
-    """The boolean mask of `causal_pattern` built from indices: not (query + d < key)."""
+    """The boolean mask of `_causal_pattern` built from indices: not (query + d < key)."""
     queries, keys = shape[-2:]
     later = iota((queries, keys), 0) + offset < iota((queries, keys), 1)
     return logical_not(later.reshape((1,) * (len(shape) - 2) + (queries, keys)).expand(shape))   # the not last
