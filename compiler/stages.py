@@ -62,7 +62,8 @@ class Layered:
 class Saturation:
     """saturate's result, which extraction reads and the pipeline then frees (egglog's EGraph is large)."""
 
-    saturated: rewrites.Saturated | None   # None: rewrites off, or a layered model (its pieces are saturated one by one)
+    saturated: rewrites.Saturated | None   # None: rewrites off, or a layered model (its pieces are saturated one
+                                           # by one)
 
 
 @dataclass(frozen=True)

@@ -323,7 +323,8 @@ def _archetype(body: Node) -> str:
         return "pointwise"
     if kernel_attention(body) is not None:     # softmax(score(q @ k^T)) @ v and its elementwise epilogue
         return "attention"
-    if len(cooperative) == 1 and tensor_core_match(cooperative[0]) and squeezed(cooperative[0].shape) == squeezed(body.shape):
+    if (len(cooperative) == 1 and tensor_core_match(cooperative[0])
+            and squeezed(cooperative[0].shape) == squeezed(body.shape)):
         return "matmul"
     return "row_reduce"
 

@@ -352,10 +352,11 @@ def verify_program(graph: Graph, program: KernelProgram, seed: int, draws: int =
     if not checks:
         last = reference_draw(graph, seed, draw - 1, memo=memo)
         assert last is not None
+        site = overflow_site(graph, last[0])
         raise InconclusiveError(f"graph {graph.name!r} overflows its own dtypes on every random draw made ({draw},"
-                                f" seeds from {seed}) where the float64 reference does not{overflow_site(graph, last[0])}:"
-                                f" the graph as written gives inf there, so random tests cannot judge its program"
-                                f" (pass example inputs at the scale it is used at)", [])
+                                f" seeds from {seed}) where the float64 reference does not{site}: the graph as"
+                                f" written gives inf there, so random tests cannot judge its program (pass example"
+                                f" inputs at the scale it is used at)", [])
     if not strict:
         raise NoiseOnlyError(f"kernel program for graph {graph.name!r} matched the reference only within the"
                              f" graph's own rounding noise on every draw (seeds from {seed}); nothing shows it"

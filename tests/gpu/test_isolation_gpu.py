@@ -128,8 +128,8 @@ def test_a_search_skips_candidates_that_fault_or_hang(monkeypatch: pytest.Monkey
     context = pipeline.Context(graph, pipeline.CompileOptions(), get_target("sm90"))
     config = SearchConfig(BeamConfig(width=2, rounds=1), MCTSConfig(iterations=12, schedules_per_kernel=4))
     with InWorker(timeout_floor_s=HANG_DEADLINE_S) as gpu:
-        result = search_program(graph, "sm90", budget_s=120, measure=pipeline._measure_on_gpu(context, context.target, gpu),
-                                config=config)
+        measure = pipeline._measure_on_gpu(context, context.target, gpu)
+        result = search_program(graph, "sm90", budget_s=120, measure=measure, config=config)
     stats = result.stats
     assert (stats.faulted, stats.timed_out) == (1, 1)
     assert stats.measured >= 1 and result.measured_us is not None and result.measured_us > 0
