@@ -28,6 +28,7 @@ from tensorsmith.ir.errors import TensorsmithError, located
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
+from tensorsmith.ir.sliced import slices_sunk
 from tensorsmith.ir.tensor import Tensor, constant, equal, iota, logical_and, logical_not, where
 
 from . import dense_experts
@@ -97,6 +98,7 @@ def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = 
                 listed = "; ".join(f"{op} (at {line})" for op, line in unsupported.items())
                 raise TorchImportError(f"{type(module).__name__} uses ATen ops tensorsmith cannot lower yet: {listed}")
             _outputs(module, exported, returned, results, values, imported)
+    imported.graph = slices_sunk(imported.graph)   # logits[:, -1]: the last position's alone computed
     imported.drop_unread()
     imported.structure = returned.rebuild if returned.structured else None
     imported.in_spec = exported.call_spec.in_spec

@@ -702,6 +702,19 @@ def test_a_float16_mixture_of_experts_on_the_gpu_matches_eager() -> None:
         assert _relative(program(ids).logits, model(ids).logits) < 1e-2
 
 
+def test_a_prefill_that_keeps_the_last_positions_logits_computes_no_other_positions_logits() -> None:
+    """model(...).logits[:, -1], as a hand-written generation loop takes it: the slice sinks below the vocabulary
+    projection and the last norm (ir.sliced), so the prefill's largest product is one row, not the prompt's."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    model = _causal_lm("llama")
+    cache = transformers.StaticCache(config=model.config, max_cache_len=16)
+    cache.early_initialization(1, 2, 16, torch.float32, "cpu")
+    ids = torch.randint(0, 100, (1, 8))
+    imported = import_torch(_CacheStep(model), (ids, torch.arange(8), cache))
+    logits = [node.shape for node in imported.graph.nodes() if node.op.name == "SUM" and node.shape[-1:] == (100,)]
+    assert logits and all(8 not in shape for shape in logits)   # (the lookup's one-hot is (1, 8, 100), not a sum)
+
+
 def test_a_static_cache_not_yet_allocated_is_one_clear_error() -> None:
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     model = _causal_lm("llama")
