@@ -33,6 +33,7 @@ from tensorsmith.ir.tensor import Tensor, constant, equal, iota, logical_and, lo
 
 from . import dense_experts
 from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
+from .folded_batch_norms import folded_batch_norms
 from .joined_products import joined_products
 from .pipeline import compile as ts_compile
 
@@ -81,7 +82,7 @@ def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = 
     sources = {spec.arg.name: spec for spec in exported.graph_signature.input_specs}
     values: dict[str, Any] = {}
     unsupported: dict[str, str] = {}
-    joined = joined_products(exported)
+    joined = {**joined_products(exported), **folded_batch_norms(exported)}   # lowered otherwise than op by op
     for node in exported.graph.nodes:
         if node.op == "placeholder":
             values[node.name] = _placeholder(imported, node, sources[node.name], state)

@@ -424,6 +424,24 @@ def test_a_cnn_with_batch_norm_and_pooling_matches_eager() -> None:
     x = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         assert _relative(program(x), module(x)) < 1e-6
+    # each batch norm folded into the convolution before it: its statistics and affine tensors are read by nothing
+    bound = list(program.imported.bound)
+    assert sum("folded_weight" in name for name in bound) == 2 and not [n for n in bound if "running" in n]
+
+
+@pytest.mark.parametrize("conv_bias, affine", [(False, True), (True, False)])
+def test_a_batch_norm_without_a_bias_or_an_affine_part_folds_as_well(conv_bias: bool, affine: bool) -> None:
+    module = _with_statistics(torch.nn.Sequential(torch.nn.Conv1d(4, 6, 3, bias=conv_bias),
+                                                  torch.nn.BatchNorm1d(6, affine=affine)))
+    if not affine:
+        module[1].running_var.uniform_(0.5, 2.0)
+        module[1].running_mean.uniform_(-0.5, 0.5)
+    program = from_torch(module, (torch.randn(2, 4, 20),), profile=False, **QUICK)
+    folded = sorted(name for name in program.imported.bound if "folded" in name)
+    assert folded == ["t_0_folded_bias", "t_0_folded_weight"]
+    x = torch.randn(2, 4, 20)
+    with torch.no_grad():
+        assert _relative(program(x), module(x)) < 1e-6
 
 
 def test_a_patch_embedding_and_a_1d_convolution_match_eager() -> None:
