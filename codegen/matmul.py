@@ -213,7 +213,8 @@ def _matmul_plan(kernel_name: str, outputs: tuple, shapes_key: tuple) -> dict:
     if match is None or squeezed(out.shape) != squeezed(match.reduce.shape):
         raise NotFusable(reduces[0] if reduces else out, "the output is not elementwise over one matmul")
     batch = tuple(f"b{axis}" for axis in range(len(match.batch_shape)))
-    at, out_at = _epilogue_indices(out.shape, match.reduce.shape, batch + ("m", "n"))
+    at = batch + ("m", "n")
+    out_at = _output_index(out.shape, match.reduce.shape, at)
     coords = list(zip(batch, delinearize("batch", match.batch_shape)))
     load_a, value_a, a_major, copy_a = _operand(shapes, match.lhs, batch + ("m", "kk", "0"), ("kk", "m"))
     load_b, value_b, b_major, copy_b = _operand(shapes, match.rhs, batch + ("0", "kk", "n"), ("n", "kk"))
@@ -230,16 +231,14 @@ def _matmul_plan(kernel_name: str, outputs: tuple, shapes_key: tuple) -> dict:
             "epilogue": epilogue, "pair_store": _pair_store(shapes, match, name, out, at, out_at), **computed}
 
 
-def _epilogue_indices(out: tuple[int, ...], product: tuple[int, ...],
-                      names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The product's index (`names`, "0" on its unit axes) and the output's, where the output has the product's
-    axes but for unit ones that come or go on the way (a model's (1, T, N) view of its (T, N) product): the epilogue
-    computes the output at the product's element and stores it at the same offset, with no copy kernel after."""
+def _output_index(out: tuple[int, ...], product: tuple[int, ...], names: tuple[str, ...]) -> tuple[str, ...]:
+    """The output's index where it has the product's axes (at `names`) but for unit ones that come or go on the way
+    (a model's (1, T, N) view of its (T, N) product): the epilogue computes the output at the product's element and
+    stores it at the same offset, with no copy kernel after (the emitter reads a unit axis at any index)."""
     if out == product:
-        return names, names
-    at = tuple("0" if d == 1 else name for name, d in zip(names, product))
-    kept = iter(name for name in at if name != "0")
-    return at, tuple("0" if d == 1 else next(kept) for d in out)
+        return names
+    kept = iter(name for name, size in zip(names, product) if size != 1)
+    return tuple("0" if size == 1 else next(kept) for size in out)
 
 
 def _plain_load(lines: list[str]) -> bool:

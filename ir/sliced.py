@@ -62,7 +62,7 @@ def _sources_bounds(node: Node, bounds: Bounds) -> list[Bounds] | None:
     """For each source, the slice of it that `node`'s slice `bounds` is computed from; None where none is smaller."""
     if node.op in ELEMENTWISE:
         return [bounds] * len(node.srcs)    # an elementwise op's sources have its shape
-    if node.op == Op.CONSTANT or node.op == Op.IOTA and bounds[node.arg] == (0, node.shape[node.arg]):
+    if node.op == Op.CONSTANT or (node.op == Op.IOTA and bounds[node.arg] == (0, node.shape[node.arg])):
         return []    # every element alike, or an index along an axis the slice keeps whole: the same values
     src = node.srcs[0] if node.srcs else None
     if node.op == Op.EXPAND:                # a broadcast axis (size 1 below) keeps its one element
