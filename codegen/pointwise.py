@@ -7,6 +7,7 @@ import math
 from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
+from tensorsmith.ir.patterns import KeptMatch, match_kept
 
 from .emit import (COMPUTE_TYPE, LAST_AXIS_INDEX, Emitter, NotFusable, ceil_div, delinearize, linear_index,
                    vector_loadable)
@@ -26,13 +27,22 @@ def pointwise_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[st
         coords = [(f"o{axis}", expr) for axis, expr in enumerate(delinearize("i", shape))]
         index = tuple(name for name, _ in coords)
         emitter = Emitter(shapes)
+        kept = _kept(kernel)
+        if kept:
+            unchanged = " && ".join(f"{_same_memory(name, match)} && !{emitter.value(match.condition, index)}"
+                                    for name, match in kept.items())
+            emitter.line(f"if ({unchanged}) return;   // written in place, and this element keeps its value")
         for name, node in kernel.outputs:
             emitter.store(name, node.dtype, index, emitter.value(node, index))
-        return "\n".join(emitter.lines), {**extra, "coords": coords, "strategy": "one thread per output element"}
+        return "\n".join(emitter.lines), {**extra, "coords": coords,
+                                          "strategy": "one thread per output element" + _KEPT_NOTE * bool(kept)}
     coords = [(f"o{axis}", expr) for axis, expr in enumerate(delinearize("base", shape))]
     probe = Emitter(shapes)      # a first pass finds what the body reads; the second loads it
     _emit_pointwise_vector(probe, kernel, [name for name, _ in coords], vec)
     emitter = Emitter(shapes)
+    kept = _kept(kernel)
+    if kept:
+        _return_if_unchanged(emitter, kept, [name for name, _ in coords], vec)
     loaded = _pointwise_vector_loads(emitter, probe.accesses, [name for name, _ in coords], vec)
     _emit_pointwise_vector(emitter, kernel, [name for name, _ in coords], vec)
     broadcast = list(dict.fromkeys(node.arg for node, index in probe.accesses
@@ -46,7 +56,37 @@ def pointwise_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[st
         how += f"; {', '.join(broadcast)} read once per thread"
     if scalar:
         how += f"; {', '.join(scalar)} read element by element"
+    how += _KEPT_NOTE * bool(kept)
     return "\n".join(emitter.lines), {**extra, "coords": coords, "strategy": how}
+
+
+_KEPT_NOTE = ("; where an output is its kept input's memory (written in place), a thread whose elements all keep"
+              " their values reads and writes nothing")
+
+
+def _kept(kernel: Kernel) -> dict[str, KeptMatch]:
+    """Each output's kept input, where every output keeps one (ir.patterns.match_kept); else none: a thread may
+    then skip its elements where each output is written over its input and no condition holds."""
+    kept = {name: match for name, node in kernel.outputs if (match := match_kept(node)) is not None}
+    return kept if len(kept) == len(kernel.outputs) else {}
+
+
+def _same_memory(output: str, match: KeptMatch) -> str:
+    return f"(const void*)g_{output} == (const void*)g_{match.kept.arg}"
+
+
+def _return_if_unchanged(emitter: Emitter, kept: dict[str, KeptMatch], coords: list[str], vec: int) -> None:
+    """Before any load: return where every output is its kept input's memory and no condition holds for any of
+    the thread's VEC elements (the condition's values are forgotten after: the loads come next)."""
+    emitter.line(f"bool unchanged = {' && '.join(_same_memory(name, match) for name, match in kept.items())};")
+    emitter.line("#pragma unroll")
+    emitter.open_scope(f"for (int v = 0; v < {vec}; ++v)")
+    emitter.line(f"const idx_t k = {coords[-1]} + v;")
+    index = (*coords[:-1], "k")
+    for match in kept.values():
+        emitter.line(f"unchanged = unchanged && !{emitter.value(match.condition, index)};")
+    emitter.close_scope()
+    emitter.line("if (unchanged) return;   // written in place, and these elements keep their values")
 
 
 def pointwise_vector_width(kernel: Kernel, shapes: dict) -> int:

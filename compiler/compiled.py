@@ -4,6 +4,7 @@ adds calling and saving on top of it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from tensorsmith.codegen.tensor_map import TensorMapSpec
@@ -59,6 +60,12 @@ class CompiledProgram:
     bound: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # what its runs on the GPU keep between calls (device buffers, workspaces, CUDA graphs): executor, device_call
     gpu_state: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @cached_property
+    def written_in_place(self) -> dict[str, str]:
+        """{output: the input it may be written over} (`KernelProgram.written_in_place`): a call may pass such an
+        input's own array as that output's `out=`."""
+        return self.kernel_program.written_in_place()
 
     def describe(self) -> dict[str, Any]:
         """The program.json document (its fields are listed in the README's "What you get")."""

@@ -272,7 +272,8 @@ class DeviceCaller:
     def _check_addresses(self, framework: _Torch | _Cupy, inputs: dict[str, Any], outputs: dict[str, Any],
                          pointers: dict[str, int]) -> None:
         """Checked once per set of addresses (a device address names its GPU): every array is on the program's GPU,
-        and no output overlaps an input or another output (the kernels would read what they are writing)."""
+        and no output overlaps an input or another output (the kernels would read what they are writing), but an
+        output given the very memory of the input it may be written over (`written_in_place`)."""
         for name, value in {**inputs, **outputs}.items():
             index = framework.device_index(value)
             if index != DEVICE:
@@ -281,7 +282,10 @@ class DeviceCaller:
         spans = {name: (pointers[name], pointers[name] + self.program.buffers[name].nbytes) for name in pointers}
         for name in self.program.outputs:
             start, end = spans[name]
+            in_place = self.program.written_in_place.get(name)
             for other, (other_start, other_end) in spans.items():
+                if other == in_place and (start, end) == (other_start, other_end):
+                    continue
                 if other != name and start < other_end and other_start < end:
                     raise InputError(f"out[{name!r}] overlaps {other!r} in memory; pass an output buffer of its own")
 

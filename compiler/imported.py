@@ -116,9 +116,11 @@ class ImportedProgram:
                                    for name, value in self.imported.bound.items()}
         inputs = {name: _as_input(value, self.imported.graph.inputs[name].dtype, on_gpu)
                   for name, value in zip(self.imported.arguments, args)}
-        outputs = self.program(**inputs, **self._bound[on_gpu], device=device)
+        in_place = self._in_place(args, inputs) if on_gpu and device != "cpu" else {}
+        outputs = self.program(**inputs, **self._bound[on_gpu], device=device, out=in_place or None)
         for out, argument in self.imported.updates.items():   # the caller's tensor changed in place, as the model's
-            _write_back(args[self.imported.arguments.index(argument)], outputs[out])
+            if out not in in_place:
+                _write_back(args[self.imported.arguments.index(argument)], outputs[out])
         results = [outputs[name] for name in self.imported.outputs]
         if torch is not None:   # in the model's dtypes (bfloat16 comes back from numpy as float32)
             device = next(a.device for a in args if isinstance(a, torch.Tensor))
@@ -129,6 +131,18 @@ class ImportedProgram:
             return self.imported.structure(results)
         return results[0] if len(results) == 1 else tuple(results)
 
+
+    def _in_place(self, args: tuple[Any, ...], inputs: dict[str, Any]) -> dict[str, Any]:
+        """The outputs the kernels write straight into the caller's tensor that the model changes in place (a static
+        KV cache on the GPU): those the program may write over their input (`written_in_place`), where the input
+        the kernels read is the caller's tensor itself (not a copy made for the program's dtype or layout)."""
+        in_place = {}
+        for out, argument in self.imported.updates.items():
+            given = args[self.imported.arguments.index(argument)]
+            if (self.program.written_in_place.get(out) == argument
+                    and inputs[argument].data_ptr() == given.data_ptr() and inputs[argument].shape == given.shape):
+                in_place[out] = inputs[argument]
+        return in_place
 
     def save(self, path: Any, force: bool = False) -> Any:
         """`Program.save`, with the model's bound tensors (its weights) kept in the folder: `ts.load(path)` gives a

@@ -19,7 +19,7 @@ from . import primitives as P
 from .dtypes import DType, round_to_register
 from .interpreter import evaluate_nodes
 from .node import Node, toposort
-from .ops import Op
+from .ops import ELEMENTWISE, Op
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,26 @@ class KernelProgram:
                 memory[name], origin[name] = value, memo.origin((key, position))
         return {out: _float32(held(buf)) for out, buf in self.outputs.items()}
 
+    def written_in_place(self) -> dict[str, str]:
+        """{output buffer: input buffer} where the output may be written over the input, the two of one shape and
+        dtype sharing memory (a KV cache updated at a few positions, in the caller's tensor): the one kernel that
+        reads the input is pointwise and reads it only for that output, through elementwise ops, so each element is
+        read by the thread that writes it, before it writes it, and by nothing after."""
+        readers: dict[str, list[Kernel]] = {}
+        for kernel in self.kernels:
+            for name in kernel.reads:
+                readers.setdefault(name, []).append(kernel)
+        pairs: dict[str, str] = {}
+        for name in self.inputs:
+            if len(readers.get(name, ())) != 1 or readers[name][0].archetype != "pointwise":
+                continue
+            out = _sole_elementwise_reader(readers[name][0], name)
+            source, target = self.buffers[name], self.buffers.get(out or "")
+            if (target is not None and target.role == "output" and out not in pairs
+                    and (target.shape, target.dtype) == (source.shape, source.dtype)):
+                pairs[out] = name
+        return pairs
+
 
 def _float32(value: np.ndarray) -> np.ndarray:
     return value.astype(np.float32) if value.dtype == np.float16 else value
@@ -243,3 +263,18 @@ def program_structure(program: KernelProgram) -> str:
         digest.update(repr((kernel_structure(kernel), kernel.reads, kernel.writes)).encode())
     digest.update(repr(sorted(program.outputs.items())).encode())
     return digest.hexdigest()
+
+
+def _sole_elementwise_reader(kernel: Kernel, buffer: str) -> str | None:
+    """The one output of `kernel` that depends on `buffer`, where it does so only through elementwise ops from reads
+    of the whole buffer (so at the output's own index); else None."""
+    tainted: set[int] = set()
+    for node in kernel.body:
+        if node.op == Op.INPUT and node.arg == buffer:
+            tainted.add(id(node))
+        elif any(id(src) in tainted for src in node.srcs):
+            if node.op not in ELEMENTWISE:
+                return None
+            tainted.add(id(node))
+    readers = [name for name, node in kernel.outputs if id(node) in tainted]
+    return readers[0] if len(readers) == 1 else None

@@ -498,3 +498,45 @@ def _mask_form(node: Node, index: Index) -> tuple[float, Affine] | None:
             return None
         return 1.0, {key: a.get(key, 0.0) - b.get(key, 0.0) for key in a.keys() | b.keys()}
     return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# an element kept where a condition is false: where(condition, value, x), x a buffer read at the element's index
+
+@dataclass(frozen=True)
+class KeptMatch:
+    """`node` is where(`condition`, value, `kept`) as `where` writes it (value * pick + kept * (1 - pick), pick the
+    bool condition cast), `kept` an INPUT of the node's shape read at the node's own index: the element is the
+    buffer's own wherever the condition is false (a KV cache written at a few positions)."""
+
+    condition: Node
+    kept: Node
+
+
+def match_kept(node: Node) -> KeptMatch | None:
+    """The condition and the kept buffer of `node`, if it is such a blend, else None."""
+    if node.op != Op.ADD or not all(src.op == Op.MUL for src in node.srcs):
+        return None
+    for chosen, other in (node.srcs, node.srcs[::-1]):
+        for pick in chosen.srcs:
+            if pick.op != Op.CAST or pick.srcs[0].dtype != DType.BOOL:
+                continue
+            for kept, rest in (other.srcs, other.srcs[::-1]):
+                if kept.op == Op.INPUT and kept.shape == node.shape and _one_minus(rest, pick):
+                    return KeptMatch(pick.srcs[0], kept)
+    return None
+
+
+def _one_minus(node: Node, pick: Node) -> bool:
+    """`node` is 1 - pick, as 1 + pick * -1."""
+    if node.op != Op.ADD:
+        return False
+    return any(_constant(one, 1) and term.op == Op.MUL and any(s is pick for s in term.srcs)
+               and any(_constant(s, -1) for s in term.srcs) for one, term in (node.srcs, node.srcs[::-1]))
+
+
+def _constant(node: Node, value: float) -> bool:
+    """`node` is `value` everywhere: a constant, or one reshaped and expanded."""
+    while node.op in (Op.RESHAPE, Op.EXPAND):
+        node = node.srcs[0]
+    return node.op == Op.CONSTANT and node.arg == value

@@ -138,3 +138,45 @@ def test_max_is_rendered_to_keep_nan() -> None:
     program = ts.compile(graph, profile=False, cache=False)
     sources = "".join(kernel.source for kernel in program.kernels)
     assert "ts_fmax(" in sources and "fmaxf(" not in sources.replace("ts_fmax", "")
+
+
+def _cache_write(read_elsewhere: bool = False) -> ts.Graph:
+    """A KV cache written at one position (ts.nn.put, a decode step's write), and a sum over the written cache."""
+    g = ts.Graph("cache_write")
+    cache = g.input("cache", (4, 16, 64), "float16")
+    at, values = g.input("at", (1,), "int32"), g.input("values", (4, 1, 64), "float16")
+    written = ts.nn.put(cache, at, values, axis=1)
+    g.output("written", written)
+    g.output("total", written.cast("float32").sum(1))
+    if read_elsewhere:
+        g.output("twice", cache * 2.0)
+    return g
+
+
+@pytest.mark.parametrize("vec", [1, 8])
+def test_a_cache_written_at_a_position_returns_early_where_written_in_place(vec: int) -> None:
+    """The kernel that writes where(position, values, cache) returns before reading anything where its output is
+    the cache's own memory and none of its elements is at the position; the program says that output may be
+    written over the cache."""
+    program = partition(_cache_write())
+    assert program.written_in_place() == {"written": "cache"}
+    trial = with_vec(program, vec)
+    (position,) = [i for i, k in enumerate(trial.kernels) if k.writes == ("written",)]
+    kernel = render_kernel(trial, position)
+    code = body(kernel.source)
+    guard = "(const void*)g_written == (const void*)g_cache"
+    assert guard in code and code.index(guard) < code.index("g_cache[" if vec == 1 else "load_vec")
+    assert "reads and writes nothing" in kernel.source.split("#include")[0]
+    (cubin,) = compile_many([(kernel.source, kernel.name)], arch="sm_90")
+    assert cubin[:4] == ELF_MAGIC
+
+
+def test_a_cache_read_by_another_kernel_or_through_a_view_is_not_written_in_place() -> None:
+    assert partition(_cache_write(read_elsewhere=True)).written_in_place() == {}
+    g = ts.Graph("transposed")
+    x = g.input("x", (16, 16), "float16")
+    mask = g.input("mask", (16, 16), "bool")
+    g.output("y", ts.nn.where(mask, x, x.transpose(0, 1)))
+    program = partition(g)
+    assert program.written_in_place() == {}
+    assert all("(const void*)" not in k.source for k in render_program(program))

@@ -667,6 +667,8 @@ def test_a_greedy_loop_over_a_static_cache_gives_generates_tokens() -> None:
     step, ids = _CacheStep(model), torch.randint(0, 100, (1, prompt))
     prefill = from_torch(step, (ids, torch.arange(prompt), fresh_cache()), profile=False, **QUICK)
     decode = from_torch(step, (ids[:, :1], torch.tensor([prompt]), fresh_cache()), profile=False, **QUICK)
+    caches = {argument for argument in decode.imported.updates.values() if decode.graph.inputs[argument].ndim == 4}
+    assert caches and set(decode.program.written_in_place.values()) == caches   # on a GPU: no copy of the cache
     cache = fresh_cache()
     pointers = [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers]
     with torch.no_grad():
@@ -684,7 +686,8 @@ def test_a_greedy_loop_over_a_static_cache_gives_generates_tokens() -> None:
 @pytest.mark.skipif(not gpu_available(), reason="needs an NVIDIA GPU")
 def test_a_float16_decode_loop_on_the_gpu_matches_eager_step_by_step() -> None:
     """The prefill and decode programs on the GPU, each step's logits against transformers' own step on a cache of
-    its own fed the same tokens (float16 noise may part greedy tokens, so each step is compared, not the tokens)."""
+    its own fed the same tokens (float16 noise may part greedy tokens, so each step is compared, not the tokens);
+    the keys and values written into the caller's tensors where they are, as transformers' own."""
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     model = _causal_lm("llama").half().cuda()
     prompt, length = 8, 24
@@ -704,6 +707,10 @@ def test_a_float16_decode_loop_on_the_gpu_matches_eager_step_by_step() -> None:
             theirs = step(tokens, positions, theirs_cache)
             assert ours.is_cuda and _relative(ours, theirs) < 1e-2, call
             tokens, positions = theirs.argmax(-1, keepdim=True), positions[-1:] + 1
+    assert decode.program.written_in_place
+    for ours_layer, theirs_layer in zip(ours_cache.layers, theirs_cache.layers, strict=True):
+        assert _relative(ours_layer.keys, theirs_layer.keys) < 1e-2
+        assert _relative(ours_layer.values, theirs_layer.values) < 1e-2
 
 
 @pytest.mark.gpu

@@ -121,6 +121,36 @@ def test_a_torch_view_at_an_odd_offset_is_copied_before_16_byte_loads_read_it() 
         assert check.ok, check
 
 
+
+@pytest.mark.parametrize("position", [0, 13])
+def test_a_cache_written_in_place_keeps_every_other_element_and_feeds_its_readers(position: int) -> None:
+    """A KV cache written at one position with out= its own tensor (the program says it may be): the position's
+    values land in the caller's tensor, every other element is left as it was (the kernel skips it), and the kernel
+    reading the written cache sees the new values; an output that may not be written over its input is refused."""
+    torch = pytest.importorskip("torch")
+    g = ts.Graph("cache_write")
+    cache = g.input("cache", (4, 16, 64), "float16")
+    at, values = g.input("at", (1,), "int32"), g.input("values", (4, 1, 64), "float16")
+    written = ts.nn.put(cache, at, values, axis=1)
+    g.output("written", written)
+    g.output("total", written.cast("float32").sum(1))
+    program = ts.compile(g, profile=False)
+    assert program.written_in_place == {"written": "cache"}
+    inputs = {**random_inputs(g, seed=5), "at": np.array([position], np.int32)}
+    expected = ts.evaluate(g, inputs)
+    on_gpu = {name: torch.from_numpy(array).cuda() for name, array in inputs.items()}
+    before = on_gpu["cache"].clone()
+    outputs = program(**on_gpu, out={"written": on_gpu["cache"]})
+    torch.cuda.synchronize()
+    assert outputs["written"].data_ptr() == on_gpu["cache"].data_ptr()
+    assert torch.equal(on_gpu["cache"][:, position], on_gpu["values"][:, 0])
+    others = [p for p in range(16) if p != position]
+    assert torch.equal(on_gpu["cache"][:, others], before[:, others])
+    np.testing.assert_allclose(outputs["total"].cpu().numpy(), expected["total"], rtol=1e-3, atol=1e-2)
+    with pytest.raises(ts.InputError, match="overlaps"):
+        program(**on_gpu, out={"total": on_gpu["cache"].view(-1)[:512].view(torch.float32).view(4, 64)})
+
+
 def test_nan_propagates_through_max_as_in_the_reference() -> None:
     """A row max and relu (an elementwise max) over rows holding a NaN give NaN where the reference does: fmaxf
     would return the other operand."""
