@@ -300,11 +300,11 @@ def _float_cast(node: Node) -> bool:
 
 def _product_operands(node: Node) -> tuple[Node, Node] | None:
     """The (lhs, rhs) of sum(a * b) over axis -2 of an (..., M, K, N) product, float casts looked through."""
-    match = _loose_matmul(node, casts=True)
+    match = match_loose_matmul(node, casts=True)
     return None if match is None else (match.lhs, match.rhs)
 
 
-def _loose_matmul(node: Node, casts: bool = False) -> MatmulMatch | None:
+def match_loose_matmul(node: Node, casts: bool = False) -> MatmulMatch | None:
     """Like `match_matmul`, but an operand is also constant along an axis of size 1 (a single query) whatever
     it is, and with `casts` float casts between the operands and the product are looked through."""
     return _matmul(node, _broadcast_along, casts)
@@ -429,7 +429,7 @@ def _affine(node: Node, index: Index, leaves: dict[int, tuple[Index, str]], atom
 def _score_matmul(score: Node) -> MatmulMatch | None:
     """The one matmul that `score` is an elementwise function of, where everything else is built from indices and
     inputs read elementwise (a bias, a padding mask: the kernel loads them at each score's indices)."""
-    matmuls = [match for node in toposort([score]) if (match := _loose_matmul(node)) is not None]
+    matmuls = [match for node in toposort([score]) if (match := match_loose_matmul(node)) is not None]
     if not matmuls:
         return None
     qk = matmuls[-1].reduce

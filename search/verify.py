@@ -14,7 +14,7 @@ import numpy as np
 
 from tensorsmith.ir.interpreter import evaluate_nodes
 from tensorsmith.ir.ops import VIEWS, Op
-from tensorsmith.ir.patterns import match_matmul
+from tensorsmith.ir.patterns import match_loose_matmul, match_matmul
 
 from tensorsmith.ir.dtypes import DType, host_float_dtype, round_to_host
 from tensorsmith.ir.errors import TensorsmithError
@@ -121,10 +121,11 @@ def weight_scales(graph: Graph) -> dict[str, float]:
 
     Drawn at that scale, as initialisers draw weights (fan-in), a product keeps its left operand's magnitude
     instead of growing by sqrt(K) a layer, so that the float16 values of a deep realistic layer (a SwiGLU MLP at
-    4096 x 11008) stay in range and the float64 reference is not the only one that does not overflow."""
+    4096 x 11008) stay in range and the float64 reference is not the only one that does not overflow. A product of
+    one row (a decode step's) counts too: drawn at scale 1, its 2048 x 8192 weights overflow float16."""
     scales: dict[str, float] = {}
     for node in toposort(graph.outputs.values()):
-        match = match_matmul(node)
+        match = match_loose_matmul(node)
         if match is None:
             continue
         source = match.rhs
@@ -275,12 +276,23 @@ def overflow_site(graph: Graph, inputs: Mapping[str, np.ndarray]) -> str:
     """Where the graph evaluated at its own precision first gives inf or NaN from finite operands on `inputs`, said
     as ", first at <op> (<dtype>, <shape>) from <the user's line>", or "" where it does not."""
     found: list[Node] = []
-    finite: set[int] = set()
+    finite: dict[int, bool] = {}   # whether each value the evaluation computed is finite (or not a float)
+
+    def operands_finite(node: Node) -> bool:
+        """Whether every value `node` is computed from is finite: its sources, or, for a source the evaluation never
+        computed (a matrix product's broadcast operands, a lookup's one-hot), what that source is computed from."""
+        stack = list(node.srcs)
+        while stack:
+            src = stack.pop()
+            if id(src) not in finite:
+                stack.extend(src.srcs)
+            elif not finite[id(src)]:
+                return False
+        return True
 
     def watch(node: Node, value: np.ndarray) -> None:
-        if not node.dtype.is_float or bool(np.all(np.isfinite(value))):
-            finite.add(id(node))
-        elif all(id(src) in finite for src in node.srcs):
+        finite[id(node)] = not node.dtype.is_float or bool(np.all(np.isfinite(value)))
+        if not finite[id(node)] and operands_finite(node):
             found.append(node)
             raise _OutOfRange(node)
     try:

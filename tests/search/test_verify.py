@@ -111,6 +111,26 @@ def test_weight_matrices_are_drawn_at_fan_in_scale_and_activations_are_not() -> 
     assert np.std(inputs["w"]) == pytest.approx(32**-0.5, rel=0.1) and np.std(inputs["x"]) == pytest.approx(1, rel=0.1)
 
 
+
+def test_a_decode_steps_one_row_products_draw_their_weights_at_fan_in_scale_too() -> None:
+    """A decode step multiplies one row by each weight: at scale 1 its Llama-3.2-1B-sized MLP (2048 x 8192) gave
+    inf in float16 on every draw, and the compile gave up on random tests."""
+    from tensorsmith.search.verify import weight_scales
+    graph = _swiglu_mlp(1, 2048, 8192)
+    assert weight_scales(graph) == pytest.approx({"w1": 2048**-0.5, "w3": 2048**-0.5, "w2": 8192**-0.5})
+    assert np.isfinite(ts.evaluate(graph, random_inputs(graph, seed=0))["y"]).all()
+
+
+def test_an_overflow_in_a_matrix_product_is_named_where_it_happens() -> None:
+    """A product's broadcast operands are never computed by the evaluation; the product's overflow is still found
+    at the product, not lost (it was: no site named)."""
+    from tensorsmith.search.verify import overflow_site
+    g = ts.Graph("overflowing_product")
+    x, w = g.input("x", (4, 64), "float16"), g.input("w", (64, 8), "float16")
+    g.output("y", (x @ w).exp())
+    site = overflow_site(g, {"x": np.full((4, 64), 100, np.float16), "w": np.full((64, 8), 100, np.float16)})
+    assert site.startswith(", first at sum (float16, shape (4, 8)) from") and "test_verify.py" in site
+
 def test_a_realistic_float16_mlp_is_not_rejected_by_verification() -> None:
     """With every input N(0, 1), this MLP's float16 product reached about 3e5 (float16 stops at 65504) while the
     float64 reference did not, and every candidate failed verification (issue 17); at fan-in scale it compiles."""
