@@ -47,19 +47,30 @@ def row_plan(kernel: Kernel) -> RowPlan:
 def vector_width(kernel: Kernel, shapes: dict) -> int:
     """Elements per thread per vector load for the register-cached row loop, or 1 where it does not apply.
 
-    It applies when every reduction runs along the last axis over as many elements as the output row has,
-    so that every loop of the kernel walks the same row and can read it from registers.
+    It applies when every reduction runs along the last axis over as many elements as the output row has (or,
+    where each row's output is one value, as a matrix-vector product's is, over as many as each other, along any
+    axis), so that every loop of the kernel walks the same row; each buffer read along that walk with its last
+    axis (a weight row) is loaded VEC elements at a time, any other element by element.
     """
     plan = row_plan(kernel)
+    length = row_length(plan)
     if plan.per_row_output:
-        return 1
-    length = plan.out.shape[-1]
-    if any(r.arg != r.srcs[0].ndim - 1 or r.srcs[0].shape[-1] != length for r in plan.reduces):
+        if not plan.reduces or any(r.srcs[0].shape[r.arg] != length for r in plan.reduces):
+            return 1
+    elif any(r.arg != r.srcs[0].ndim - 1 or r.srcs[0].shape[-1] != length for r in plan.reduces):
         return 1
     width = 8
     while width > 1 and length % width:
         width //= 2
     return width
+
+
+def row_length(plan: RowPlan) -> int:
+    """The elements each loop of a row walks: the output row's, or where each row's output is one value, the first
+    reduction's (along whichever axis it sums: a matrix-vector product's K)."""
+    if plan.per_row_output:
+        return plan.reduces[0].srcs[0].shape[plan.reduces[0].arg] if plan.reduces else 1
+    return plan.out.shape[-1] if plan.out.ndim else 1
 
 
 class _RowLoops:
@@ -72,7 +83,7 @@ class _RowLoops:
 
     def __init__(self, emitter: Emitter, plan: RowPlan, vec: int, row_threads: int):
         self.emitter, self.plan, self.vec, self.row_threads = emitter, plan, vec, row_threads
-        self.length = plan.out.shape[-1] if plan.out.ndim else 1
+        self.length = row_length(plan)
         self.items = ceil_div(self.length, row_threads * vec)
         self.starts: list[int] = []                      # per loop opened, its first access in emitter.accesses
         self.local_loads: dict[int, list[str]] = {}      # loop number -> the vector loads at each of its steps

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+import tensorsmith as ts
+
 from graph_cases import CASES
 from tensorsmith.codegen.nvrtc import compile_cubin
 from tensorsmith.codegen.render import MEASURED_PLACEHOLDER, render_program
@@ -88,3 +90,32 @@ def test_layernorm_caches_only_x_and_computes_its_row_statistics_once() -> None:
     # two reductions in a row, one barrier each: they alternate scratch arrays
     assert "row_reduce(acc1, Sum(), s_scratch_f[0])" in code and "s_scratch_f[1])" in code
     assert code.count("__syncthreads") == 0 and ln.source.count("__syncthreads();") == 1
+
+
+def test_a_matrix_vector_product_loads_each_weight_row_a_vector_at_a_time() -> None:
+    """A decode step's products have one row: one value per output row, summed along K. Its weight rows are read
+    eight halves at a time (a 16-byte load), as a softmax's rows are; element by element they ran at about half
+    the bandwidth the cost model predicts for Llama-3.2-1B's vocabulary projection."""
+    graph = ts.Graph("gemv")
+    x = graph.input("x", (1, 2048), "float16")
+    w = graph.input("w", (4096, 2048), "float16")
+    graph.output("y", x @ w.T)
+    (kernel,) = render_program(partition(graph))
+    assert kernel.archetype == "row_reduce" and kernel.schedule["vec"] == 8
+    body = kernel.source.split("extern")[1]
+    assert body.count("load_vec<8>(g_w + ") == 1 and body.count("load_vec<8>(g_x + ") == 1 and "g_w[" not in body
+    trips = 2048 // (kernel.schedule["row_threads"] * 8)
+    assert f"it < {trips};" in body
+    assert compile_cubin(kernel.build_source, kernel.entry)[:4] == ELF_MAGIC
+
+
+def test_a_matrix_vector_product_over_a_transposed_weight_reads_it_element_by_element() -> None:
+    """Stored (K, N), a weight's K is not its last axis: only the vector is loaded eight at a time."""
+    graph = ts.Graph("gemv_kn")
+    x = graph.input("x", (1, 2048), "float16")
+    w = graph.input("w", (2048, 4096), "float16")
+    graph.output("y", x @ w)
+    (kernel,) = render_program(partition(graph))
+    body = kernel.source.split("extern")[1]
+    assert kernel.schedule["vec"] == 8 and "load_vec<8>(g_x + " in body and "load_vec<8>(g_w" not in body
+    assert "g_w[" in body

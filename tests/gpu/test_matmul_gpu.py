@@ -14,6 +14,7 @@ from tensorsmith.codegen.matmul import takes_wgmma
 from tensorsmith.codegen.render import render_program
 from tensorsmith.codegen.schedules import default_schedule
 from tensorsmith.ir.targets import get_target
+from tensorsmith.search.partition import partition
 from tensorsmith.search.prune import AbstractChecker
 from tensorsmith.search.space import CandidateSpace
 from tensorsmith.search.verify import random_inputs, relative_l2
@@ -113,3 +114,22 @@ def _float32_deep() -> ts.Graph:
     g = ts.Graph("float32_deep")
     g.output("c", g.input("a", (192, 2048), "float32") @ g.input("b", (2048, 136), "float32"))
     return g
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+@pytest.mark.parametrize("rows, k", [(1, 2048), (3, 1004), (1, 1000)])
+def test_a_matrix_vector_product_with_vector_loads_matches_reference(layout: str, rows: int, k: int) -> None:
+    """A decode step's products (one or a few rows) on the row kernel, its weight rows loaded 8 or 4 halves at a
+    time where stored (N, K) as nn.Linear stores them, element by element where stored (K, N)."""
+    graph = ts.Graph(f"gemv_{layout}")
+    x = graph.input("x", (rows, k), "float16")
+    w = graph.input("w", (1536, k) if layout == "nk" else (k, 1536), "float16")
+    graph.output("y", x @ w.T if layout == "nk" else x @ w)
+    program = partition(graph)
+    kernels = render_program(program)
+    assert [kernel.schedule["vec"] for kernel in kernels] == [8 if k % 8 == 0 else 4]
+    for draw in range(2):
+        inputs = random_inputs(graph, seed=400 + draw)
+        out = run_rendered(program, kernels, inputs)["y"]
+        assert not np.isnan(out).any(), "unwritten (poisoned) elements"
+        assert relative_l2(out, ts.evaluate(graph, inputs)["y"]) < 1e-2
