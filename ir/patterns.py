@@ -69,13 +69,19 @@ class GatherMatch:
     `ids`, so its value is `values` at r = ids, or zero where ids lies outside [0, length).
 
     `ids` is an integer node that the selector compares r with; `ids_axes` says, for each of its axes, which axis
-    of the summed product its index is (None: index 0).
+    of the summed product its index is (None: index 0). `selector` is the product's other factor.
     """
 
     reduce: Node
     values: Node
     ids: Node
     ids_axes: tuple[int | None, ...]
+    selector: Node
+
+    def selector_nodes(self) -> list[Node]:
+        """The nodes that make the selector from the ids (comparisons with iotas, casts, views), not the ids' own:
+        a lookup reads one row only where they are computed in its kernel, so none may be a buffer of its own."""
+        return [node for node in toposort([self.selector], {id(self.ids)}) if node is not self.ids]
 
     @property
     def length(self) -> int:
@@ -109,7 +115,7 @@ def _gather(node: Node) -> GatherMatch | None:
         if table == (False, True, False) and len(atoms) == 1:
             ((_, ids_index), ids), = atoms.items()
             axes = tuple(None if name == "0" else int(name[1:]) for name in ids_index)
-            return GatherMatch(node, values, ids, axes)
+            return GatherMatch(node, values, ids, axes, selector)
     return None
 
 

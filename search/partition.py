@@ -221,11 +221,14 @@ def materialisable(graph: Graph) -> list[Node]:
     """The nodes that may get a buffer of their own, in graph order: compute ops and casts (views stay free, but
     for a view of a kernel's output that a matmul reads: see computed_operands).
 
-    A matmul's (..., M, K, N) product is never one, nor a lookup's: each exists only inside its sum.
+    A matmul's (..., M, K, N) product is never one, nor a lookup's or its selector: each exists only inside its sum
+    (a lookup whose selector is a buffer sums every row of its table).
     """
     nodes = graph.nodes()
     products = {id(match.reduce.srcs[0]) for node in nodes if (match := match_matmul(node)) is not None}
-    products |= {id(node.srcs[0]) for node in nodes if match_gather(node) is not None}   # a lookup's: one row read
+    lookups = [found for node in nodes if (found := match_gather(node)) is not None]
+    products |= {id(lookup.reduce.srcs[0]) for lookup in lookups}   # a lookup's: one row read, from its selector
+    products |= {id(node) for lookup in lookups for node in lookup.selector_nodes()}
     operand_views = {id(node) for node in computed_operands(graph) if node.op in VIEWS}
     return [node for node in nodes if (node.op in COMPUTE or node.op == Op.CAST or id(node) in operand_views)
             and id(node) not in products]
