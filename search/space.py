@@ -24,7 +24,7 @@ from tensorsmith.ir.targets import Target
 
 from .cost import KernelPricing
 from .partition import (Bodies, absorbed, computed_operands, inside_operands, legalise, materialisable,
-                        recomputed)
+                        recomputed, vector_operands)
 from .prune import AbstractChecker, kernel_facts, schedule_violations
 
 RENDERED_PER_KERNEL = 6      # schedules per kernel that must render; more than any strategy branches on
@@ -105,7 +105,7 @@ class CandidateSpace:
         """The greedy partition with every matmul operand that is computed given a buffer of its own, so that the
         matmuls read plain buffers (TMA, asynchronous copies), and what lies under those operands computed in their
         kernels (a norm's sum of squares and its scaled rows in one row kernel) where codegen takes it."""
-        nodes = computed_operands(self.graph)
+        nodes = computed_operands(self.graph) + vector_operands(self.graph)
         operands = frozenset(self.position[id(node)] for node in nodes)
         inside = frozenset(self.position[id(node)] for node in inside_operands(self.graph, nodes))
         return self.legal((self.greedy() - inside) | (operands & frozenset(self.points)))

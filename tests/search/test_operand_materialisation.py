@@ -20,7 +20,7 @@ from tensorsmith.search.beam import BeamConfig, beam
 from tensorsmith.search.cost import launch_geometry, kernel_seconds
 from tensorsmith.search.engine import SearchConfig, search_program
 from tensorsmith.search.mcts import MCTSConfig
-from tensorsmith.search.partition import computed_operands
+from tensorsmith.search.partition import computed_operands, vector_operands
 from tensorsmith.search.prune import AbstractChecker
 from tensorsmith.search.space import DEFAULT_MARGIN, CandidateSpace
 from tensorsmith.search.verify import verify_program
@@ -205,3 +205,38 @@ def test_no_start_of_the_search_copies_a_temporary_through_views(graph) -> None:
     logits = space.program(space.greedy())
     if graph.name == "logits":
         assert [(k.archetype, k.writes) for k in logits.kernels][-1] == ("matmul", ("y",))
+
+
+def test_a_decode_steps_computed_vectors_are_listed_and_materialised_in_its_start() -> None:
+    """At one token the block's products run on the row kernel, which would compute a computed vector (a norm, the
+    gated activation) again for each of its output rows; the start with its operands materialised gives each a
+    buffer (the attention's query, which its own kernel reads once, excepted)."""
+    graph = decoder_block(tokens=1)
+    assert computed_operands(graph) == []            # no product takes the tensor cores at one row
+    vectors = vector_operands(graph)
+    assert sorted(node.op.value for node in vectors) == ["mul", "mul", "mul"]   # two norms, silu(gate) * up
+    space = CandidateSpace(graph, SM90, AbstractChecker())
+    program = space.program(space.operands_materialised())
+    written = {program.buffers[name].shape for kernel in program.kernels for name in kernel.writes}
+    assert {vector.shape for vector in vectors} <= written
+    verify_program(graph, program, seed=3)
+
+
+def test_a_vocabulary_projection_reads_its_normalised_vector_from_a_buffer() -> None:
+    """Llama-3.2-1B's residual stream, last norm and vocabulary projection at one token, its vocabulary narrowed:
+    inline, the adds and the norm are computed again for each of the 32000 vocabulary rows; materialised, once,
+    and the projection reads the weight at its bandwidth."""
+    g = ts.Graph("lm_head")
+    x = g.input("x", (1, 1, 2048), "float16")
+    for layer in range(2):
+        x = x + g.input(f"h{layer}", (1, 1, 2048), "float16")
+    g.output("y", nn.linear(nn.rms_norm(x, g.input("norm", (2048,), "float16")), g.input("w", (32000, 2048), "float16")))
+    (vector,) = vector_operands(g)
+    space = CandidateSpace(g, SM90, AbstractChecker())
+    greedy, materialised = space.program(space.greedy()), space.program(space.operands_materialised())
+    norm, projection = materialised.kernels
+    assert materialised.buffers[norm.writes[0]].shape == vector.shape and projection.writes == ("y",)
+    assert [greedy.buffers[k.writes[0]].shape for k in greedy.kernels] == [(1, 1), (1, 1, 32000)]   # a statistic
+    greedy_s = sum(kernel_seconds(k, greedy, SM90) for k in greedy.kernels)
+    assert sum(kernel_seconds(k, materialised, SM90) for k in materialised.kernels) < 0.7 * greedy_s
+    verify_program(g, materialised, seed=3)
