@@ -21,6 +21,7 @@ import torch
 import transformers
 
 import tensorsmith as ts
+from tensorsmith.imported import ImportedProgram
 
 
 class Step(torch.nn.Module):
@@ -75,7 +76,32 @@ def ours(model: torch.nn.Module, prompt: torch.Tensor, new: int, length: int, bu
             tokens.append(decode(tokens[-1], torch.tensor([n + i], device=device), cache).argmax(-1, keepdim=True))
         synchronize(device)
         runs.append((time.perf_counter() - start) / (new - 1))
+    if device == "cuda":
+        step_alone(decode, tokens[-1], n, length, model.config, new)
     return torch.cat(tokens, dim=1)[0].tolist(), min(runs)
+
+
+def step_alone(decode: ImportedProgram, token: torch.Tensor, n: int, length: int,
+               config: transformers.LlamaConfig, calls: int) -> None:
+    """Where a decoded token's time goes: the decode program's calls back to back (no argmax, no new tensors) by
+    wall clock, against the sum of its kernels' times as the compile measured them (each alone, L2 flushed)."""
+    cache, position = static_cache(config, length, "cuda"), torch.tensor([n], device="cuda")
+    decode(token, position, cache)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        decode(token, position, cache)
+    torch.cuda.synchronize()
+    call_s = (time.perf_counter() - start) / calls
+    measured = [k.measured_ms for k in decode.program.kernels if k.measured_ms is not None]
+    kernels = f"{sum(measured):.3f} ms" if len(measured) == len(decode.program.kernels) else "unmeasured"
+    print(f"tensorsmith decode step alone: {call_s * 1e3:.3f} ms a call; its {len(decode.program.kernels)} kernels "
+          f"{kernels} (each alone, L2 flushed)")
+    by_archetype: dict[str, list[float]] = {}
+    for kernel in decode.program.kernels:
+        by_archetype.setdefault(kernel.archetype, []).append(kernel.measured_ms or 0.0)
+    print("  by archetype: " + ", ".join(f"{name} {len(times)} kernels {sum(times):.3f} ms"
+                                         for name, times in sorted(by_archetype.items(), key=lambda i: -sum(i[1]))))
 
 
 def theirs(model: torch.nn.Module, prompt: torch.Tensor, new: int, length: int) -> tuple[list, float]:

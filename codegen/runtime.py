@@ -429,6 +429,12 @@ def launch(
         synchronize()
 
 
+def copy_async(destination: int, source: int, nbytes: int, stream: int = 0) -> None:
+    """Queue a copy of `nbytes` from device address `source` to `destination` on `stream`."""
+    _ensure_context()
+    _cu(driver.cuMemcpyDtoDAsync, destination, source, nbytes, stream)
+
+
 def stream_is_capturing(stream: int) -> bool:
     """Whether work queued on `stream` is being captured into a CUDA graph (torch.cuda.graph, cupy's capture)
     rather than run: then launches must go to the stream one by one, and nothing may synchronize."""

@@ -8,6 +8,9 @@ program is called on (`_StreamState`):
   e.g. torch.cuda.memory_allocated) and kept while the program lives (for the STREAMS_KEPT streams used last);
 - its launches are one CUDA graph (`runtime.LaunchGraph`), replayed with one driver call: one graph for each set
   of input and output addresses, up to GRAPHS_PER_STREAM, after which the least recently used is re-pointed;
+- an input of at most STAGED_BYTES met at a new address (a generate loop's token and position, new tensors at
+  every step) is staged from then on: copied into a slot of the workspace before each replay, which the graph
+  reads, so that its new addresses do not re-point the graph (a Llama-3.2-1B decode step's 92 launches);
 - the next call's outputs are allocated right after this call's replay is queued, while the GPU runs it, so
   that allocating them does not delay the next call's kernels.
 
@@ -36,6 +39,8 @@ from .executor import VECTOR_ALIGNMENT, Session, kernel_launches, loaded_functio
 GRAPHS_PER_STREAM = 4      # address sets kept replayable per stream: a caller alternating a few output buffers hits
 STREAMS_KEPT = 8           # streams whose workspace and graphs are kept; the least recently used is let go after
 WORKSPACE_ALIGNMENT = 256  # bytes between temporaries in the workspace: as cudaMalloc aligns, for any vector access
+STAGED_BYTES = 1024        # inputs this small may be staged (see the module's docstring): a copy costs less than a
+                           # re-pointed graph
 DEVICE = 0                 # the GPU tensorsmith runs on (the runtime's context is device 0's)
 
 _TORCH_DTYPES = {"float32": DType.FLOAT32, "float16": DType.FLOAT16, "bfloat16": DType.BFLOAT16,
@@ -177,6 +182,17 @@ def workspace_layout(program: CompiledProgram) -> tuple[dict[str, int], int]:
     return offsets, size
 
 
+def staging_layout(program: CompiledProgram, start: int) -> tuple[dict[str, int], int]:
+    """Each input of at most STAGED_BYTES given a slot in the workspace, at byte offsets from `start` (the end of
+    the temporaries), and the workspace's size with them."""
+    offsets, size = {}, start
+    for name in program.inputs:
+        if (nbytes := program.buffers[name].nbytes) <= STAGED_BYTES:
+            offsets[name] = size
+            size += -(-max(nbytes, 1) // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT
+    return offsets, size
+
+
 def input_pointer(program: CompiledProgram, framework: _Torch | _Cupy, name: str, value: Any, held: list[Any]) -> int:
     """The device address the kernels read input `name` at, once `value` is checked to be what the program takes; a
     view at an address not 16-byte aligned is copied first (into `held`), as the kernels read 16 bytes at a time."""
@@ -197,6 +213,7 @@ class _StreamState:
 
     workspace: Any
     temporaries: dict[str, int]                     # temporary -> device address inside the workspace
+    slots: dict[str, int]                           # small input -> its staging slot's address there
     graphs: OrderedDict[tuple[int, ...], runtime.LaunchGraph] = field(default_factory=OrderedDict)
     spare: dict[str, Any] = field(default_factory=dict)   # outputs allocated for the next call
 
@@ -208,7 +225,10 @@ class DeviceCaller:
         self.program = program
         self.lock = threading.Lock()
         self.kernels = list(program.kernels)
-        self.offsets, self.workspace_bytes = workspace_layout(program)
+        self.offsets, temporaries_bytes = workspace_layout(program)
+        self.slot_offsets, self.workspace_bytes = staging_layout(program, temporaries_bytes)
+        self.last_address: dict[str, int] = {}     # each small input's address at the last call
+        self.staged: set[str] = set()              # small inputs met at a new address: staged from then on
         self.streams: OrderedDict[tuple[str, int, int], _StreamState] = OrderedDict()
         self.input_specs: dict[str, list[tuple[str, tuple[int, ...], Any]]] = {}
 
@@ -226,6 +246,7 @@ class DeviceCaller:
                 pointers[name] = ptr if ptr is not None else input_pointer(program, framework, name, inputs[name], held)
             if framework.capturing(stream):
                 return self._launch_captured(framework, stream, inputs, pointers, out or {})
+            staged = self._staged(pointers)
             key = _stream_key(framework, stream)
             state = self.streams.get(key)
             if state is None:
@@ -235,18 +256,32 @@ class DeviceCaller:
             outputs = {name: self._output(framework, state.spare, name, out) for name in program.outputs}
             for name, array in outputs.items():
                 pointers[name] = framework.address(array)
-            addresses = tuple(pointers.values())
+            addresses = tuple(0 if name in staged else pointer for name, pointer in pointers.items())
             graph = state.graphs.get(addresses)
             if graph is None:
                 self._check_addresses(framework, inputs, outputs, pointers)
-                graph = self._graph_for(state, addresses, {**pointers, **state.temporaries})
+                slots = {name: state.slots[name] for name in staged}
+                graph = self._graph_for(state, addresses, {**pointers, **state.temporaries, **slots})
             else:
                 state.graphs.move_to_end(addresses)
+                for name in staged:                  # checked here, not once per set of addresses
+                    _check_device(framework, name, inputs[name])
+            for name in staged:
+                runtime.copy_async(state.slots[name], pointers[name], self.program.buffers[name].nbytes, stream)
             graph.replay(stream)
             for name in program.outputs:             # the next call's outputs, allocated while the GPU works
                 if name not in state.spare and not (out and name in out):
                     state.spare[name] = framework.empty(program.buffers[name].shape, program.buffers[name].dtype)
             return outputs
+
+    def _staged(self, pointers: dict[str, int]) -> set[str]:
+        """The small inputs to stage at this call: those met at a new address at this call or before."""
+        for name in self.slot_offsets:
+            last = self.last_address.get(name)
+            if last is not None and last != pointers[name]:
+                self.staged.add(name)
+            self.last_address[name] = pointers[name]
+        return self.staged
 
     def _specs(self, framework: _Torch | _Cupy) -> list[tuple[str, tuple[int, ...], Any]]:
         """Each input's name, shape and dtype as `framework` spells it (made once per framework)."""
@@ -275,10 +310,7 @@ class DeviceCaller:
         and no output overlaps an input or another output (the kernels would read what they are writing), but an
         output given the very memory of the input it may be written over (`written_in_place`)."""
         for name, value in {**inputs, **outputs}.items():
-            index = framework.device_index(value)
-            if index != DEVICE:
-                raise InputError(f"{name!r} is {'on the host' if index < 0 else f'on GPU {index}'}; the program's "
-                                 f"inputs and outputs must all be on GPU {DEVICE} (cuda:{DEVICE}), where it runs")
+            _check_device(framework, name, value)
         spans = {name: (pointers[name], pointers[name] + self.program.buffers[name].nbytes) for name in pointers}
         for name in self.program.outputs:
             start, end = spans[name]
@@ -292,7 +324,8 @@ class DeviceCaller:
     def _new_state(self, framework: _Torch | _Cupy, key: tuple[str, int, int]) -> _StreamState:
         workspace = framework.bytes(self.workspace_bytes) if self.workspace_bytes else None
         base = framework.address(workspace) if workspace is not None else 0
-        state = _StreamState(workspace, {name: base + offset for name, offset in self.offsets.items()})
+        state = _StreamState(workspace, {name: base + offset for name, offset in self.offsets.items()},
+                             {name: base + offset for name, offset in self.slot_offsets.items()})
         self.streams[key] = state
         if len(self.streams) > STREAMS_KEPT:   # its workspace goes back to the framework's pool for its own stream,
             self.streams.popitem(last=False)   # reused there only after the work queued on that stream
@@ -327,6 +360,13 @@ class DeviceCaller:
         for item in self._launches(pointers):
             runtime.launch(item.function, item.grid, item.block, item.args, item.shared_bytes, stream=stream)
         return outputs
+
+
+def _check_device(framework: _Torch | _Cupy, name: str, value: Any) -> None:
+    index = framework.device_index(value)
+    if index != DEVICE:
+        raise InputError(f"{name!r} is {'on the host' if index < 0 else f'on GPU {index}'}; the program's "
+                         f"inputs and outputs must all be on GPU {DEVICE} (cuda:{DEVICE}), where it runs")
 
 
 def bind_device_arrays(program: CompiledProgram, inputs: dict[str, Any], stack: ExitStack) -> tuple[Session, dict[str, Any]]:

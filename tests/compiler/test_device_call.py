@@ -6,7 +6,8 @@ import pytest
 
 import tensorsmith as ts
 from graph_cases import CASES
-from tensorsmith.device_call import WORKSPACE_ALIGNMENT, workspace_layout
+from tensorsmith import nn
+from tensorsmith.device_call import STAGED_BYTES, WORKSPACE_ALIGNMENT, staging_layout, workspace_layout
 from tensorsmith.search.verify import random_inputs
 
 
@@ -31,3 +32,17 @@ def test_out_on_the_host_is_written_in_place_and_checked() -> None:
         program(device="cpu", out={"nope": target}, **inputs)
     with pytest.raises(ts.InputError, match=r"out\['out'\]: expected a numpy array of shape"):
         program(device="cpu", out={"out": target[:1]}, **inputs)
+
+
+def test_each_small_input_has_a_staging_slot_after_the_temporaries() -> None:
+    g = ts.Graph("lookup")
+    ids, table = g.input("ids", (1, 4), "int32"), g.input("table", (1000, 512), "float16")
+    g.output("y", nn.rms_norm(nn.embedding(table, ids), g.input("gain", (512,), "float16")) * 2.0)
+    program = ts.compile(g, profile=False, seed=0)
+    offsets, end = workspace_layout(program)
+    slots, size = staging_layout(program, end)
+    assert set(slots) == {"ids", "gain"}            # 16 and 1024 bytes; the table's 1024000 are never copied
+    assert program.buffers["gain"].nbytes == STAGED_BYTES
+    spans = sorted((slots[name], slots[name] + program.buffers[name].nbytes) for name in slots)
+    assert spans[0][0] >= end and all(start % WORKSPACE_ALIGNMENT == 0 for start, _ in spans)
+    assert spans[0][1] <= spans[1][0] and spans[1][1] <= size
