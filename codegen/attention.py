@@ -79,10 +79,12 @@ def _elementwise_over(root: Node, output: Node) -> bool:
 
 
 def skips_masked_tiles(match: AttentionMatch) -> bool:
-    """Whether key tiles past the causal diagonal may be skipped: every row keeps key 0 (offset >= 0), and a
-    masked score lies so far below it (mask * exp scale <= MASK_LIMIT) that its probability is exactly 0."""
+    """Whether key tiles past the causal diagonal may be skipped: every row keeps key 0 (offset >= 0; where the
+    offset is read at run time, checked then), and a masked score lies so far below it (mask * exp scale <=
+    MASK_LIMIT) that its probability is exactly 0."""
     offset = match.causal_offset
-    return offset is not None and offset >= 0 and match.mask_value * match.exp_scale <= MASK_LIMIT
+    return (offset is not None and (offset >= 0 or match.offset_base is not None)
+            and match.mask_value * match.exp_scale <= MASK_LIMIT)
 
 
 def warps_and_split(bq: int) -> tuple[int, int]:
@@ -132,6 +134,7 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     if match.mask is not None:      # tiles every query of a warp sees whole skip the mask's arithmetic
         unmasked = _score_code(shapes, match, _unmasked_score(match.score, match.mask), batch + (score_q, score_k))
     skip = skips_masked_tiles(match)
+    runtime_offset = _runtime_offset(shapes, match) if match.mask is not None else None
     bq, bkv = schedule["bq"], schedule["bkv"]
     warps, split = warps_and_split(bq)
     batches = math.prod(heads)
@@ -144,6 +147,8 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         how += f"; the {split} warps split the key tiles and merge their partial results in shared memory"
     if skip:
         how += "; key tiles past the causal diagonal skipped"
+    if skip and runtime_offset is not None:
+        how += " (the keys past the position read at run time: a decode step reads its cache up to the position)"
     if stacked is not None:
         how += (f"; the {stacked[1]} query heads of each kv head stacked as its {rows_per_head} query rows, so that"
                 " its K and V are read once")
@@ -151,7 +156,7 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         "coords": coords, "batch": batches, "tq": rows_per_head, "tk": tk, "dqk": dqk, "dv": dv, "bq": bq, "bkv": bkv,
         "warps": warps, "split": split, "mma_type": mma_type, **rows,
         "score": score, "score_unmasked": unmasked, "mask_offset": offset if match.mask is not None else None,
-        "skip_masked": skip, "exp_scale": c_literal(match.exp_scale, DType.FLOAT32),
+        "runtime_offset": runtime_offset, "skip_masked": skip, "exp_scale": c_literal(match.exp_scale, DType.FLOAT32),
         "epilogue": _epilogue(shapes, match, name, out, q_batch, query),
         "pair_store": _pair_store(shapes, match, name, out, q_batch, query),
         "block": (32 * warps, 1, 1), "grid": (-(-rows_per_head // bq) * batches, 1, 1),
@@ -160,6 +165,16 @@ def attention_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
     if schedule.as_dict().get("wgmma"):   # else (or where TMA cannot take the operands) mma.sync, as above
         context.update(_tma(match, batch, qn, kn, context))
     return context
+
+
+def _runtime_offset(shapes: dict, match: AttentionMatch) -> dict | None:
+    """Statements computing the mask's offset base at run time (`AttentionMatch.offset_base`), and its value as
+    idx_t, or None where the offset is a constant."""
+    if match.offset_base is None:
+        return None
+    emitter = Emitter(shapes, indent=1)
+    value = emitter.value(match.offset_base, ("0",) * match.offset_base.ndim)
+    return {"lines": "\n".join(emitter.lines), "value": f"(idx_t)({value})"}
 
 
 def stacked_heads(match: AttentionMatch) -> tuple[int, int] | None:
@@ -220,7 +235,7 @@ def _tma(match: AttentionMatch, batch: tuple[str, ...], qn: str, kn: str, contex
     """What attention_tma.cu.j2 (Hopper: wgmma fed by TMA) changes in the context, where its tiling takes the
     sizes and each operand is a buffer TMA can address by (head dim, row, batch) coordinates; else nothing."""
     bq, bkv, dqk, dv = context["bq"], context["bkv"], context["dqk"], context["dv"]
-    if not takes_wgmma(bq, bkv, dqk, dv):
+    if not takes_wgmma(bq, bkv, dqk, dv) or context["runtime_offset"] is not None:   # the latter: mma.sync's alone
         return {}
     extents = {name: extent for name, extent in zip(batch, match.batch_shape) if name != "0"}
     operands = [(match.q, batch + (qn, "hd", "0"), qn, context["tq"], dqk, bq, "s_q"),

@@ -306,6 +306,11 @@ def _tensor(value: Any, imported: ImportedModel, what: str) -> Tensor:
     offset = _causal_pattern(tensor.detach())
     if offset is not None:   # computed from indices, so that an attention reads it as causal
         return _causal(offset, tuple(tensor.shape))
+    counted = _arange_pattern(tensor.detach())
+    if counted is not None:  # likewise: a decode step's mask, position < key, reads as keys past the position
+        axis, start = counted
+        positions = iota(tuple(tensor.shape), axis) + start if start else iota(tuple(tensor.shape), axis)
+        return positions if dtype == DType.INT32 else positions.cast(dtype)
     held = tensor.detach()
     if dtype in LARGEST_FINITE:   # infinities as the largest finite values, as a constant's are (imported.finite)
         held = held.clamp(-LARGEST_FINITE[dtype], LARGEST_FINITE[dtype])
@@ -630,6 +635,19 @@ def _causal_pattern(mask: Any) -> int | None:
     offset = int(held[0, 0].sum()) - 1
     causal = np.arange(keys)[None, :] <= np.arange(queries)[:, None] + offset
     return offset if bool((held == causal).all()) else None
+
+
+def _arange_pattern(values: Any) -> tuple[int, int] | None:
+    """(axis, start) where a folded integer tensor counts up by one from `start` along its one axis longer than 1
+    (the key positions transformers folds into a decode step's mask), else None."""
+    axes = [axis for axis, size in enumerate(values.shape) if size > 1]
+    if values.dtype.is_floating_point or str(values.dtype) == "torch.bool" or len(axes) != 1:
+        return None
+    flat = values.reshape(-1).cpu().numpy().astype(np.int64)
+    start = int(flat[0])
+    if start + flat.size > np.iinfo(np.int32).max or start < np.iinfo(np.int32).min:
+        return None
+    return (axes[0], start) if bool((flat == np.arange(start, start + flat.size)).all()) else None
 
 
 def _causal(offset: int, shape: tuple[int, ...]) -> Tensor:

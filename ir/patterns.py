@@ -227,7 +227,8 @@ class AttentionMatch:
     `row_max` is max(s) along the keys, `exp` is exp2(exp_scale * (s - row_max)), and the probabilities
     are exp times `norm` (a factor constant along the keys, e.g. 1 / sum(exp)) or, where the normalisation
     comes after the product, exp alone (`norm` None). `mask` is the addend of s that is
-    mask_value * (key > query + causal_offset), with mask_value <= MASK_LIMIT, where s has one.
+    mask_value * (key > query + causal_offset + offset_base), with mask_value <= MASK_LIMIT, where s has one;
+    `offset_base` is None, or an integer scalar read at run time (a decode step's position in its cache).
     """
 
     output: Node
@@ -241,6 +242,7 @@ class AttentionMatch:
     mask: Node | None = None
     mask_value: float = 0.0
     causal_offset: int | None = None
+    offset_base: Node | None = None
 
     @property
     def q(self) -> Node:
@@ -460,8 +462,10 @@ def _depends_on(root: Node, target: Node) -> set[int]:
     return found
 
 
-def _causal_mask(score: Node, index: Index) -> tuple[Node, float, int] | None:
-    """(addend, C, d) where an addend of `score` is C * (key > query + d) with C <= MASK_LIMIT, else None."""
+def _causal_mask(score: Node, index: Index) -> tuple[Node, float, int, Node | None] | None:
+    """(addend, C, d, base) where an addend of `score` is C * (key > query + d + base) with C <= MASK_LIMIT, else
+    None. `base` is None, or an integer scalar the mask reads (a decode step's position: its one query, always
+    query 0, need not appear)."""
     addends, stack = [], [score]
     while stack:
         node = stack.pop()
@@ -473,12 +477,27 @@ def _causal_mask(score: Node, index: Index) -> tuple[Node, float, int] | None:
         form = _mask_form(addend, index)
         if form is None:
             continue
-        value, difference = form      # masked where difference < 0, difference = qi - kj + d
+        value, difference = form      # masked where difference < 0, difference = qi - kj + d (+ base)
         offset = difference.get("", 0.0)
-        if (math.isfinite(value) and value <= MASK_LIMIT and difference.get("qi") == 1.0 and difference.get("kj") == -1.0
-                and set(difference) <= {"qi", "kj", ""} and float(offset).is_integer()):
-            return addend, value, int(offset)
+        atoms = [key for key in difference if key.startswith("#")]
+        base = _scalar_atom(addend, atoms[0], difference[atoms[0]]) if len(atoms) == 1 else None
+        if atoms and base is None:
+            continue
+        query = difference.get("qi") == 1.0 or ("qi" not in index and "qi" not in difference)
+        if (math.isfinite(value) and value <= MASK_LIMIT and query and difference.get("kj") == -1.0
+                and set(difference) - set(atoms) <= {"qi", "kj", ""} and float(offset).is_integer()):
+            return addend, value, int(offset), base
     return None
+
+
+def _scalar_atom(root: Node, atom: str, coefficient: float) -> Node | None:
+    """The node an affine form's `atom` stands for (`_affine` with atoms) where it is an integer read at one index
+    for every element (a scalar broadcast) with coefficient 1, else None."""
+    node_id, at = atom[1:].split("@")
+    node = next((node for node in toposort([root]) if id(node) == int(node_id)), None)
+    if node is None or coefficient != 1.0 or node.dtype.is_float or node.dtype == DType.BOOL:
+        return None
+    return node if all(name in ("", "0") for name in at.split(",")) else None
 
 
 def _mask_form(node: Node, index: Index) -> tuple[float, Affine] | None:
@@ -495,11 +514,13 @@ def _mask_form(node: Node, index: Index) -> tuple[float, Affine] | None:
             if inner is not None:
                 return inner[0] * factor.get("", 0.0), inner[1]
         return None
+    if _float_cast(node) and node.dtype.itemsize >= node.srcs[0].dtype.itemsize:   # widening: C is kept
+        return _mask_form(node.srcs[0], index)
     if node.op == Op.CAST and node.dtype.is_float and node.srcs[0].dtype == DType.BOOL:
         condition, at = _below_views(node.srcs[0], index)
         if condition is None or condition.op != Op.LESS_THAN:
             return None
-        a, b = (_affine(src, at, {}) for src in condition.srcs)
+        a, b = (_affine(src, at, {}, atoms=True) for src in condition.srcs)
         if a is None or b is None:
             return None
         return 1.0, {key: a.get(key, 0.0) - b.get(key, 0.0) for key in a.keys() | b.keys()}

@@ -439,11 +439,12 @@ def _renders_attention_tma(name: str, outputs: tuple, shapes_key: tuple, schedul
 
 
 def _attention_key_tiles(match: attention.AttentionMatch, bq: int, bkv: int, rows: int | None = None) -> list[int]:
-    """Key tiles each query tile visits, as the template counts them (skipping tiles past a causal diagonal);
+    """Key tiles each query tile visits, as the template counts them (skipping tiles past a causal diagonal; all
+    where the diagonal's offset is read at run time, a decode step's position);
     `rows`: the query rows of a block's head or heads (`attention.query_rows`), the queries of one head if None."""
     tq, tk, _, _ = match.dims
     all_tiles = -(-tk // bkv)
-    if not attention.skips_masked_tiles(match):
+    if not attention.skips_masked_tiles(match) or match.offset_base is not None:   # the latter: known at run time
         return [all_tiles] * -(-(rows or tq) // bq)
     offset = match.causal_offset or 0
     return [min(all_tiles, (min(q0 + bq, tq) - 1 + offset) // bkv + 1) for q0 in range(0, tq, bq)]

@@ -10,6 +10,7 @@ import dataclasses
 
 import tensorsmith as ts
 from tensorsmith import nn
+from tensorsmith.ir.tensor import iota
 from tensorsmith.codegen.render import RenderedKernel, render_kernel
 from tensorsmith.ir.kernel_program import KernelProgram, Schedule
 from tensorsmith.search.partition import partition
@@ -116,3 +117,17 @@ def attention_program(graph: ts.Graph, schedule: dict[str, int] | None) -> tuple
         kernel = dataclasses.replace(program.kernels[position], schedule=Schedule.of(**schedule))
         program = dataclasses.replace(program, kernels=[*program.kernels[:position], kernel])
     return program, render_kernel(program, position)
+
+
+def position_graph(name: str, case: Case) -> ts.Graph:
+    """A decode step's attention over a static cache: nn.attention(q, k, v, bias=mask) with the mask hiding the
+    keys past an int32 position given at run time (`pos`), as transformers builds it from `cache_position`."""
+    batch, heads, queries, keys, dim, dtype, _ = case
+    g = ts.Graph(name)
+    q = g.input("q", (batch, heads, queries, dim), dtype)
+    k = g.input("k", (batch, heads, keys, dim), dtype)
+    v = g.input("v", (batch, heads, keys, dim), dtype)
+    position = g.input("pos", (), "int32")
+    later = position.reshape((1, 1, 1, 1)).expand((1, 1, 1, keys)) < iota((1, 1, 1, keys), 3)
+    g.output("o", nn.attention(q, k, v, bias=later.cast(dtype) * -65504.0))
+    return g

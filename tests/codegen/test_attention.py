@@ -14,7 +14,7 @@ import pytest
 
 import tensorsmith as ts
 from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, BIASED_CASES, GQA_CASES, WGMMA_SCHEDULES,
-                             attention_graph, attention_program, biased_graph, gqa_graph, rows_graph)
+                             attention_graph, attention_program, biased_graph, gqa_graph, position_graph, rows_graph)
 from tensorsmith import nn, rewrites, search
 from tensorsmith.codegen import attention
 from tensorsmith.codegen.matmul import SM_COUNT
@@ -26,6 +26,8 @@ from tensorsmith.ir.ops import Op
 from tensorsmith.ir.patterns import match_attention
 from tensorsmith.ir.targets import get_target
 from tensorsmith.model_loader import load_graph
+from tensorsmith.ir.tensor import iota
+from tensorsmith.search.cost import _attention_key_tiles
 from tensorsmith.search.partition import partition
 from tensorsmith.search.prune import feasible_schedules, kernel_facts
 
@@ -247,8 +249,7 @@ def test_every_case_compiles_at_the_default_schedule(case: str) -> None:
         assert kernel.shared_bytes == attention.shared_bytes(kernel.schedule["bq"], kernel.schedule["bkv"], dim, dim)
     assert ("SPLIT = 4;" in kernel.source) == (queries <= 16)      # decode where the queries are few
     causal = ATTENTION_CASES[case][6]
-    skips = causal and queries > 1
-    assert ("past the causal diagonal skipped" in kernel.source) == skips
+    assert ("past the causal diagonal skipped" in kernel.source) == causal   # one query's too: its one row, 0
     assert bool(re.search(r"const bool v\d+ =", kernel.source)) == causal     # the mask's comparison
 
 
@@ -475,3 +476,30 @@ def test_attention_stores_the_rows_an_output_projection_reads(schedule: dict[str
     assert [k.archetype for k in program.kernels] == ["attention"]
     assert "g_o[(b0) * 25600 + (qi) * 256 + (b1) * 128 + (hd)]" in kernel.source
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))
+
+
+def test_a_mask_read_at_run_time_is_matched_with_its_position_and_skips_by_it() -> None:
+    """transformers' decode-step mask, position < key with the position an input: matched with the position as
+    the offset's base; the kernel reads it once and stops at its key tile (where it is not negative), on mma.sync
+    even where a wgmma schedule is asked for; the cost model, not knowing the position, counts every tile."""
+    graph = position_graph("position", (2, 4, 1, 300, 128, "float16", False))
+    (match,) = _matches(graph)
+    assert match.offset_base is graph.inputs["pos"] and match.causal_offset == 0
+    assert attention.skips_masked_tiles(match)
+    for schedule in (None, {"bq": 128, "bkv": 64, "wgmma": 1}):
+        _, kernel = attention_program(graph, schedule)
+        assert "g_pos[0]" in kernel.source and "const idx_t MASK_OFFSET = (idx_t)(" in kernel.source
+        assert "if (MASK_OFFSET >= 0) kv_tiles = min(" in kernel.source and "constexpr idx_t MASK_OFFSET" not in kernel.source
+        assert kernel.arch is None and not kernel.tensor_maps and "mma.sync.aligned.m16n8k16" in kernel.source
+        assert is_cubin(compile_cubin(kernel.build_source, kernel.entry, arch="sm_90"))
+    assert _attention_key_tiles(match, 16, 32) == [-(-300 // 32)]
+
+
+def test_a_position_per_sequence_is_no_mask_of_the_kernel() -> None:
+    """A position that differs by batch entry is read at each score, not as one offset: no mask is matched."""
+    g = ts.Graph("positions")
+    q, k, v = (g.input(n, (2, 4, t, 64), "float16") for n, t in (("q", 1), ("k", 300), ("v", 300)))
+    later = g.input("pos", (2, 1, 1, 1), "int32").expand((2, 1, 1, 300)) < iota((2, 1, 1, 300), 3)
+    g.output("o", nn.attention(q, k, v, bias=later.cast("float16") * -65504.0))
+    (match,) = _matches(g)
+    assert match.mask is None and match.offset_base is None

@@ -669,6 +669,8 @@ def test_a_greedy_loop_over_a_static_cache_gives_generates_tokens() -> None:
     decode = from_torch(step, (ids[:, :1], torch.tensor([prompt]), fresh_cache()), profile=False, **QUICK)
     caches = {argument for argument in decode.imported.updates.values() if decode.graph.inputs[argument].ndim == 4}
     assert caches and set(decode.program.written_in_place.values()) == caches   # on a GPU: no copy of the cache
+    attentions = [match for node in decode.graph.nodes() if (match := match_attention(node)) is not None]
+    assert attentions and all(match.offset_base is not None for match in attentions)   # read up to the position
     cache = fresh_cache()
     pointers = [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers]
     with torch.no_grad():

@@ -9,7 +9,7 @@ import pytest
 
 import tensorsmith as ts
 from attention_cases import (ATTENTION_CASES, ATTENTION_SCHEDULES, BIASED_CASES, GQA_CASES, WGMMA_SCHEDULES,
-                             attention_graph, attention_program, biased_graph, gqa_graph, rows_graph)
+                             attention_graph, attention_program, biased_graph, gqa_graph, position_graph, rows_graph)
 from kernel_launch import assert_cpu_predicts, run_rendered
 from tensorsmith.codegen import attention
 from tensorsmith.model_loader import load_graph
@@ -125,3 +125,22 @@ def test_a_bias_in_the_score_is_read_at_each_scores_indices(case: str, schedule:
 def test_attention_stored_as_the_rows_an_output_projection_reads_matches_reference(
         case: str, schedule: dict[str, int] | None) -> None:
     _check_kernel(rows_graph(case, ATTENTION_CASES[case]), schedule)
+
+
+@pytest.mark.parametrize("schedule", [None, {"bq": 64, "bkv": 64, "wgmma": 0}, {"bq": 128, "bkv": 64, "wgmma": 1}],
+                         ids=["default", "bq64_bkv64", "wgmma"])
+@pytest.mark.parametrize("case", [(2, 4, 1, 300, 128, "float16", False), (1, 8, 1, 1000, 64, "bfloat16", False)],
+                         ids=["fp16_d128_300", "bf16_d64_1000"])
+def test_a_mask_read_at_run_time_skips_the_keys_past_the_position_and_matches_reference(
+        case: tuple, schedule: dict[str, int] | None) -> None:
+    """A decode step's attention, the keys past a position given at run time masked: the kernel reads the key
+    tiles up to the position alone; at a negative position (every key masked) it reads all, as the reference."""
+    graph = position_graph("position", case)
+    keys = case[3]
+    for position in (0, 7, 63, 64, keys // 2, keys - 1, keys + 5, -3):
+        inputs = random_inputs(graph, seed=500 + position)
+        inputs["pos"] = np.asarray(position, dtype=np.int32)
+        out = _run_attention_kernel(graph, schedule, inputs)
+        assert not np.isnan(out).any(), f"position {position}: unwritten (poisoned) elements"
+        error = relative_l2(out, ts.evaluate(graph, inputs)["o"])
+        assert error < 1e-2, f"position {position}: relative L2 error {error:.3g}"
