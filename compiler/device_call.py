@@ -8,9 +8,10 @@ program is called on (`_StreamState`):
   e.g. torch.cuda.memory_allocated) and kept while the program lives (for the STREAMS_KEPT streams used last);
 - its launches are one CUDA graph (`runtime.LaunchGraph`), replayed with one driver call: one graph for each set
   of input and output addresses, up to GRAPHS_PER_STREAM, after which the least recently used is re-pointed;
-- an input of at most STAGED_BYTES met at a new address (a generate loop's token and position, new tensors at
-  every step) is staged from then on: copied into a slot of the workspace before each replay, which the graph
-  reads, so that its new addresses do not re-point the graph (a Llama-3.2-1B decode step's 92 launches);
+- an input or output of at most STAGED_BYTES met at a new address (a generate loop's token and position, new
+  tensors at every step, and a decode step's cache counters, written into new tensors) is staged from then on:
+  the graph reads or writes a slot of the workspace, copied from the input before the replay or to the output
+  after it, so that new addresses do not re-point the graph (a Llama-3.2-1B decode step's 92 launches);
 - the next call's outputs are allocated right after this call's replay is queued, while the GPU runs it, so
   that allocating them does not delay the next call's kernels.
 
@@ -183,10 +184,10 @@ def workspace_layout(program: CompiledProgram) -> tuple[dict[str, int], int]:
 
 
 def staging_layout(program: CompiledProgram, start: int) -> tuple[dict[str, int], int]:
-    """Each input of at most STAGED_BYTES given a slot in the workspace, at byte offsets from `start` (the end of
-    the temporaries), and the workspace's size with them."""
+    """Each input and output of at most STAGED_BYTES given a slot in the workspace, at byte offsets from `start`
+    (the end of the temporaries), and the workspace's size with them."""
     offsets, size = {}, start
-    for name in program.inputs:
+    for name in (*program.inputs, *program.outputs):
         if (nbytes := program.buffers[name].nbytes) <= STAGED_BYTES:
             offsets[name] = size
             size += -(-max(nbytes, 1) // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT
@@ -213,7 +214,7 @@ class _StreamState:
 
     workspace: Any
     temporaries: dict[str, int]                     # temporary -> device address inside the workspace
-    slots: dict[str, int]                           # small input -> its staging slot's address there
+    slots: dict[str, int]                           # small input or output -> its staging slot's address there
     graphs: OrderedDict[tuple[int, ...], runtime.LaunchGraph] = field(default_factory=OrderedDict)
     spare: dict[str, Any] = field(default_factory=dict)   # outputs allocated for the next call
 
@@ -225,10 +226,11 @@ class DeviceCaller:
         self.program = program
         self.lock = threading.Lock()
         self.kernels = list(program.kernels)
+        self.inputs = frozenset(program.inputs)
         self.offsets, temporaries_bytes = workspace_layout(program)
         self.slot_offsets, self.workspace_bytes = staging_layout(program, temporaries_bytes)
-        self.last_address: dict[str, int] = {}     # each small input's address at the last call
-        self.staged: set[str] = set()              # small inputs met at a new address: staged from then on
+        self.last_address: dict[str, int] = {}     # each small input's and output's address at the last call
+        self.staged: set[str] = set()              # those met at a new address: staged from then on
         self.streams: OrderedDict[tuple[str, int, int], _StreamState] = OrderedDict()
         self.input_specs: dict[str, list[tuple[str, tuple[int, ...], Any]]] = {}
 
@@ -246,7 +248,6 @@ class DeviceCaller:
                 pointers[name] = ptr if ptr is not None else input_pointer(program, framework, name, inputs[name], held)
             if framework.capturing(stream):
                 return self._launch_captured(framework, stream, inputs, pointers, out or {})
-            staged = self._staged(pointers)
             key = _stream_key(framework, stream)
             state = self.streams.get(key)
             if state is None:
@@ -256,6 +257,7 @@ class DeviceCaller:
             outputs = {name: self._output(framework, state.spare, name, out) for name in program.outputs}
             for name, array in outputs.items():
                 pointers[name] = framework.address(array)
+            staged = self._staged(pointers)
             addresses = tuple(0 if name in staged else pointer for name, pointer in pointers.items())
             graph = state.graphs.get(addresses)
             if graph is None:
@@ -265,17 +267,19 @@ class DeviceCaller:
             else:
                 state.graphs.move_to_end(addresses)
                 for name in staged:                  # checked here, not once per set of addresses
-                    _check_device(framework, name, inputs[name])
-            for name in staged:
+                    _check_device(framework, name, inputs[name] if name in self.inputs else outputs[name])
+            for name in staged & self.inputs:
                 runtime.copy_async(state.slots[name], pointers[name], self.program.buffers[name].nbytes, stream)
             graph.replay(stream)
+            for name in staged - self.inputs:
+                runtime.copy_async(pointers[name], state.slots[name], self.program.buffers[name].nbytes, stream)
             for name in program.outputs:             # the next call's outputs, allocated while the GPU works
                 if name not in state.spare and not (out and name in out):
                     state.spare[name] = framework.empty(program.buffers[name].shape, program.buffers[name].dtype)
             return outputs
 
     def _staged(self, pointers: dict[str, int]) -> set[str]:
-        """The small inputs to stage at this call: those met at a new address at this call or before."""
+        """The small inputs and outputs to stage at this call: those met at a new address at this call or before."""
         for name in self.slot_offsets:
             last = self.last_address.get(name)
             if last is not None and last != pointers[name]:

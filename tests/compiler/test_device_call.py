@@ -34,15 +34,17 @@ def test_out_on_the_host_is_written_in_place_and_checked() -> None:
         program(device="cpu", out={"out": target[:1]}, **inputs)
 
 
-def test_each_small_input_has_a_staging_slot_after_the_temporaries() -> None:
+def test_each_small_input_and_output_has_a_staging_slot_after_the_temporaries() -> None:
     g = ts.Graph("lookup")
     ids, table = g.input("ids", (1, 4), "int32"), g.input("table", (1000, 512), "float16")
-    g.output("y", nn.rms_norm(nn.embedding(table, ids), g.input("gain", (512,), "float16")) * 2.0)
+    rows = nn.embedding(table, ids)
+    g.output("y", nn.rms_norm(rows, g.input("gain", (512,), "float16")) * 2.0)
+    g.output("total", rows.sum(-1))
     program = ts.compile(g, profile=False, seed=0)
     offsets, end = workspace_layout(program)
     slots, size = staging_layout(program, end)
-    assert set(slots) == {"ids", "gain"}            # 16 and 1024 bytes; the table's 1024000 are never copied
-    assert program.buffers["gain"].nbytes == STAGED_BYTES
+    assert set(slots) == {"ids", "gain", "total"}   # 16, 1024 and 8 bytes; the table and y are never copied
+    assert program.buffers["gain"].nbytes == STAGED_BYTES < program.buffers["y"].nbytes
     spans = sorted((slots[name], slots[name] + program.buffers[name].nbytes) for name in slots)
     assert spans[0][0] >= end and all(start % WORKSPACE_ALIGNMENT == 0 for start, _ in spans)
-    assert spans[0][1] <= spans[1][0] and spans[1][1] <= size
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])) and spans[-1][1] <= size

@@ -141,32 +141,37 @@ def test_mixed_host_and_gpu_inputs_are_named(mlp: ts.Program) -> None:
         mlp(**tensors)
 
 
-def test_small_inputs_at_new_addresses_are_staged_and_replay_one_graph(monkeypatch) -> None:
-    """A generate loop passes a new token tensor at every step: once met at a new address, the ids are copied into
-    the workspace before each replay, so the same graph replays (not one re-pointed per step), and each call
-    still reads its own ids, also when the ids are written on the stream after the call was made."""
+def test_small_inputs_and_outputs_at_new_addresses_are_staged_and_replay_one_graph(monkeypatch) -> None:
+    """A generate loop passes a new token tensor at every step and keeps what it returns (so small outputs, a
+    cache's counters, come at new addresses too): once met at a new address, the ids are copied into the workspace
+    before each replay and the small output out of it after, so the same graph replays (not one re-pointed per
+    step), and each call still reads its own ids, also when they are written on the stream after the call."""
     g = ts.Graph("step")
     ids, table = g.input("ids", (1, 4), "int32"), g.input("table", (1000, 256), "float16")
-    g.output("y", nn.rms_norm(nn.embedding(table, ids), g.input("gain", (256,), "float16")))
+    rows = nn.embedding(table, ids)
+    g.output("y", nn.rms_norm(rows, g.input("gain", (256,), "float16")))
+    g.output("total", rows.cast("float32").sum(-1))
     program = ts.compile(g, profile=False, seed=0)
     weights = _on_gpu({name: array for name, array in random_inputs(g, seed=5).items() if name != "ids"})
     out = torch.empty((1, 4, 256), dtype=torch.float16, device="cuda")
     built = []
     monkeypatch.setattr(DeviceCaller, "_graph_for", _counting(DeviceCaller._graph_for, built))
     draws = [np.random.default_rng(i).integers(0, 1000, (1, 4)).astype(np.int32) for i in range(8)]
-    held = []
+    kept = []
     for step, draw in enumerate(draws):
         tensor = torch.from_numpy(draw).cuda()
-        held.append(tensor)                       # kept alive: every step's ids at an address of their own
         if step == len(draws) - 1:                # the last ids written behind a sleeping kernel, after the call
             later, tensor = tensor, torch.zeros_like(tensor)
             torch.cuda._sleep(SLEEP_CYCLES)
             tensor.copy_(later)
-        program(ids=tensor, **weights, out={"y": out})
+        outputs = program(ids=tensor, **weights, out={"y": out})
+        kept.append((tensor, outputs["total"]))   # every step's ids and totals at addresses of their own
         torch.cuda.synchronize()
-        expected = ts.evaluate(g, {"ids": draw, **{n: w.cpu().numpy() for n, w in weights.items()}})["y"]
-        assert np.abs(out.cpu().float().numpy() - expected).max() < 2e-2, f"step {step}"
-    assert len(built) == 2          # the first call's addresses, then the staged ids' graph, replayed from then on
+        expected = ts.evaluate(g, {"ids": draw, **{n: w.cpu().numpy() for n, w in weights.items()}})
+        assert np.abs(out.cpu().float().numpy() - expected["y"]).max() < 2e-2, f"step {step}"
+        assert np.allclose(outputs["total"].cpu().numpy(), expected["total"], rtol=1e-3, atol=1e-2), f"step {step}"
+    assert len({total.data_ptr() for _, total in kept}) == len(draws)
+    assert len(built) == 2          # the first call's addresses, then the staged ids' and totals' graph
 
 
 def _counting(method, calls: list):
