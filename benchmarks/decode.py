@@ -96,7 +96,8 @@ def step_alone(decode: ImportedProgram, token: torch.Tensor, n: int, length: int
     measured = [k.measured_ms for k in decode.program.kernels if k.measured_ms is not None]
     kernels = f"{sum(measured):.3f} ms" if len(measured) == len(decode.program.kernels) else "unmeasured"
     print(f"tensorsmith decode step alone: {call_s * 1e3:.3f} ms a call; its {len(decode.program.kernels)} kernels "
-          f"{kernels} (each alone, L2 flushed)")
+          f"{kernels} (each alone, L2 flushed); CUDA graphs made over all its calls: "
+          f"{decode.program.gpu_state['device_caller'].graphs_made}")
     by_archetype: dict[str, list[float]] = {}
     for kernel in decode.program.kernels:
         by_archetype.setdefault(kernel.archetype, []).append(kernel.measured_ms or 0.0)

@@ -231,6 +231,7 @@ class DeviceCaller:
         self.slot_offsets, self.workspace_bytes = staging_layout(program, temporaries_bytes)
         self.last_address: dict[str, int] = {}     # each small input's and output's address at the last call
         self.staged: set[str] = set()              # those met at a new address: staged from then on
+        self.graphs_made = 0                       # graphs built or re-pointed: one per set of addresses, at best
         self.streams: OrderedDict[tuple[str, int, int], _StreamState] = OrderedDict()
         self.input_specs: dict[str, list[tuple[str, tuple[int, ...], Any]]] = {}
 
@@ -341,6 +342,7 @@ class DeviceCaller:
     def _graph_for(self, state: _StreamState, key: tuple[int, ...], pointers: dict[str, int]) -> runtime.LaunchGraph:
         """A graph replaying the launches on `pointers`: a new one, or the least recently used one re-pointed."""
         launches = self._launches(pointers)
+        self.graphs_made += 1
         graph = None
         if len(state.graphs) >= GRAPHS_PER_STREAM:
             _, graph = state.graphs.popitem(last=False)

@@ -230,7 +230,8 @@ def test_a_vocabulary_projection_reads_its_normalised_vector_from_a_buffer() -> 
     x = g.input("x", (1, 1, 2048), "float16")
     for layer in range(2):
         x = x + g.input(f"h{layer}", (1, 1, 2048), "float16")
-    g.output("y", nn.linear(nn.rms_norm(x, g.input("norm", (2048,), "float16")), g.input("w", (32000, 2048), "float16")))
+    normed = nn.rms_norm(x, g.input("norm", (2048,), "float16"))
+    g.output("y", nn.linear(normed, g.input("w", (32000, 2048), "float16")))
     (vector,) = vector_operands(g)
     space = CandidateSpace(g, SM90, AbstractChecker())
     greedy, materialised = space.program(space.greedy()), space.program(space.operands_materialised())
