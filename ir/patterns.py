@@ -500,6 +500,12 @@ def _scalar_atom(root: Node, atom: str, coefficient: float) -> Node | None:
     return node if all(name in ("", "0") for name in at.split(",")) else None
 
 
+def _rounded(dtype: DType) -> bool:
+    """Whether positions compared in `dtype` may be rounded (a 16-bit float holds integers exactly only to 256 or
+    2048): such a mask hides what the rounded comparison hides, which no offset describes."""
+    return dtype.is_float and dtype.itemsize < 4
+
+
 def _mask_form(node: Node, index: Index) -> tuple[float, Affine] | None:
     """(C, A - B) where `node` at `index` is C * float(A < B) with A, B affine in the index, else None."""
     if node.op in (Op.EXPAND, Op.PERMUTE, Op.RESHAPE):
@@ -518,7 +524,7 @@ def _mask_form(node: Node, index: Index) -> tuple[float, Affine] | None:
         return _mask_form(node.srcs[0], index)
     if node.op == Op.CAST and node.dtype.is_float and node.srcs[0].dtype == DType.BOOL:
         condition, at = _below_views(node.srcs[0], index)
-        if condition is None or condition.op != Op.LESS_THAN:
+        if condition is None or condition.op != Op.LESS_THAN or _rounded(condition.srcs[0].dtype):
             return None
         a, b = (_affine(src, at, {}, atoms=True) for src in condition.srcs)
         if a is None or b is None:

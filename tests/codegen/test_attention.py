@@ -504,3 +504,15 @@ def test_a_position_per_sequence_is_no_mask_of_the_kernel() -> None:
     g.output("o", nn.attention(q, k, v, bias=later.cast("float16") * -65504.0))
     (match,) = _matches(g)
     assert match.mask is None and match.offset_base is None
+
+
+def test_a_position_compared_in_a_16_bit_float_is_no_mask_of_the_kernel() -> None:
+    """Compared in bfloat16, position 319 and key 320 both round to 320, so the graph keeps key 320: no integer
+    offset says which keys it hides, and the kernel must not skip a tile by one."""
+    g = ts.Graph("rounded")
+    q, k, v = (g.input(n, (1, 4, t, 64), "float16") for n, t in (("q", 1), ("k", 400), ("v", 400)))
+    position = g.input("pos", (), "int32").reshape((1, 1, 1, 1)).expand((1, 1, 1, 400))
+    later = position.cast("bfloat16") < iota((1, 1, 1, 400), 3).cast("bfloat16")
+    g.output("o", nn.attention(q, k, v, bias=later.cast("float16") * -65504.0))
+    (match,) = _matches(g)
+    assert match.mask is None and match.offset_base is None
