@@ -137,17 +137,15 @@ def computed_operands(graph: Graph) -> list[Node]:
     for node in nodes:
         match = tensor_core_match(node) if node.op == Op.SUM and id(node) not in in_attention else None
         for operand in (match.lhs, match.rhs) if match is not None else ():
-            view = source = operand.srcs[0]
+            view = operand.srcs[0]
             while view.op == Op.RESHAPE and squeezed(view.shape) == squeezed(view.srcs[0].shape):
                 view = view.srcs[0]   # past the unit axes that matmul's lowering adds: the operand as a matrix
-            while source.op in VIEWS:
-                source = source.srcs[0]
+            source = _below_views(operand.srcs[0])
             if source.op in ELEMENTWISE:
                 found.setdefault(id(source), source)
             elif source.op in REDUCE and view is not source:
                 found.setdefault(id(view), view)
-    order = {id(node): i for i, node in enumerate(nodes)}
-    return sorted(found.values(), key=lambda node: order[id(node)])
+    return _in_graph_order(nodes, found)
 
 
 def vector_operands(graph: Graph) -> list[Node]:
@@ -167,11 +165,19 @@ def vector_operands(graph: Graph) -> list[Node]:
             continue
         rows, columns, _ = match.dims
         vector = match.lhs if columns >= rows else match.rhs    # the operand read again for every output row
-        source = vector.srcs[0]
-        while source.op in VIEWS:
-            source = source.srcs[0]
+        source = _below_views(vector.srcs[0])
         if source.op in ELEMENTWISE:
             found.setdefault(id(source), source)
+    return _in_graph_order(nodes, found)
+
+
+def _below_views(node: Node) -> Node:
+    while node.op in VIEWS:
+        node = node.srcs[0]
+    return node
+
+
+def _in_graph_order(nodes: list[Node], found: dict[int, Node]) -> list[Node]:
     order = {id(node): i for i, node in enumerate(nodes)}
     return sorted(found.values(), key=lambda node: order[id(node)])
 

@@ -37,7 +37,7 @@ import z3
 from tensorsmith.codegen import attention
 from tensorsmith.codegen.emit import NotFusable
 from tensorsmith.codegen.matmul import kernel_matmul
-from tensorsmith.codegen.row_reduce import row_plan, vector_width
+from tensorsmith.codegen.row_reduce import row_length, row_plan, vector_width
 from tensorsmith.codegen.declare import KernelFacts, Point
 from tensorsmith.codegen.spaces import ARCHETYPES
 from tensorsmith.ir.graph import Graph
@@ -79,7 +79,7 @@ def kernel_facts(kernel: Kernel, shapes: dict[str, tuple[int, ...]]) -> KernelFa
     if kernel.archetype != "row_reduce":
         return KernelFacts(kernel.archetype, itemsize=itemsize)
     plan = row_plan(kernel)
-    length = max((r.srcs[0].shape[r.arg] for r in plan.reduces), default=1)
+    length = row_length(plan)
     vectorisable = vector_width(kernel, shapes) > 1
     preloaded = kernel_work(kernel, 2).preloaded if vectorisable else 0
     return KernelFacts("row_reduce", length, itemsize, vectorisable, preloaded)
