@@ -1,4 +1,5 @@
-"""Batch normalisation in eval mode folded into the convolution before it, at import.
+"""Batch normalisation in eval mode folded into the convolution before it, at import (torch.export's graphs here, ONNX
+graphs by `onnx_import`, both with `folded_weight_and_bias`).
 
 A CNN's convolution is followed by a batch norm whose running statistics and affine parameters are constants of the
 module: y = (conv(x, W) + b - mean) * gamma / sqrt(var + eps) + beta is conv(x, W * s) + (b - mean) * s + beta with
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from tensorsmith.ir import nn
 from tensorsmith.ir.tensor import Tensor
@@ -40,8 +43,11 @@ class FoldedBatchNorm:
         x = values[node.args[0].name]
         if not isinstance(x, Tensor):
             return None
-        weight, bias = _folded({key: state[name].detach() if name else None for key, name in self.names.items()},
-                               float(self.norm.args[6]))
+        given = {key: state[name].detach().double().cpu().numpy() if name else None
+                 for key, name in self.names.items()}
+        like = state[self.names["weight"]]   # the folded pair made torch tensors of the weight's dtype
+        weight, bias = (like.new_tensor(array, dtype=like.dtype, device="cpu")
+                        for array in folded_weight_and_bias(**given, eps=float(self.norm.args[6])))
         stride, padding, dilation, _, _, groups = node.args[3:9]
         base = self.names["weight"].removesuffix(".weight")
         self.value = nn.conv(x, imported.bind(f"{base}.folded_weight", weight, tuple(weight.shape), x.dtype),
@@ -78,15 +84,18 @@ def _constant(arg: Any, constants: dict[str, str]) -> str | None:
     return constants.get(arg.name) if arg is not None and getattr(arg, "op", None) == "placeholder" else None
 
 
-def _folded(tensors: dict[str, Any], eps: float) -> tuple[Any, Any]:
-    """W * s and (b - mean) * s + beta, s = gamma / sqrt(var + eps), computed in float64, in W's dtype."""
-    weight = tensors["weight"]
-    wide = {key: value.double() for key, value in tensors.items() if value is not None}
-    scale = wide["var"].add(eps).rsqrt()
-    if "gamma" in wide:
-        scale = scale * wide["gamma"]
-    shift = -wide["mean"] * scale + (wide["bias"] * scale if "bias" in wide else 0.0)
-    if "beta" in wide:
-        shift = shift + wide["beta"]
-    folded = wide["weight"] * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
-    return folded.to(weight.dtype), shift.to(weight.dtype)
+def folded_weight_and_bias(weight: np.ndarray, bias: np.ndarray | None, gamma: np.ndarray | None,
+                           beta: np.ndarray | None, mean: np.ndarray, var: np.ndarray,
+                           eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """W * s and (b - mean) * s + beta, s = gamma / sqrt(var + eps) per output channel (W's first axis), in float64:
+    each route rounds them to the weight's dtype once."""
+    scale = 1.0 / np.sqrt(np.asarray(var, np.float64) + eps)
+    if gamma is not None:
+        scale = scale * np.asarray(gamma, np.float64)
+    shift = -np.asarray(mean, np.float64) * scale
+    if bias is not None:
+        shift = shift + np.asarray(bias, np.float64) * scale
+    if beta is not None:
+        shift = shift + np.asarray(beta, np.float64)
+    return np.asarray(weight, np.float64) * scale.reshape((-1,) + (1,) * (np.ndim(weight) - 1)), shift
+

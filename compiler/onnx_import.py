@@ -23,6 +23,7 @@ from tensorsmith.ir.errors import located
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor, constant, equal, logical_and, logical_not, where
 
+from .folded_batch_norms import folded_weight_and_bias
 from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
 from .pipeline import compile as ts_compile
 
@@ -70,10 +71,11 @@ def import_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None,
     for value_info in proto.graph.input:
         if value_info.name not in values:
             values[value_info.name] = _argument(imported, value_info, shapes or {})
-    known = _Known(imported, {id(values[init.name]): init.name for init in proto.graph.initializer})
+    nodes = _with_batch_norms_folded(proto, values)
+    known = _Known(imported, {id(values[name]): name for name in values if isinstance(values[name], np.ndarray)})
     unsupported: dict[str, str] = {}
     model_file = Path(model).name if isinstance(model, (str, Path)) else f"{stem}.onnx"
-    for number, node in enumerate(proto.graph.node):
+    for number, node in nodes:
         # kernels and errors name the ONNX node, in the model file: what a user can find in Netron or onnx.helper
         with located(f"{model_file}:{node.name or f'{node.op_type} node {number}'}", _snake(node.op_type)):
             outputs = _node_values(node, values, known, unsupported)
@@ -86,6 +88,52 @@ def import_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None,
         imported.graph.output(out, known.tensor(values[output.name], f"output {output.name}"))
         imported.outputs.append(out)
     return imported
+
+
+def _with_batch_norms_folded(proto: Any, values: dict[str, Any]) -> list[tuple[int, Any]]:
+    """The graph's nodes, numbered as in the file, with each Conv whose output only a BatchNormalization (inference
+    form) reads made one Conv with the folded weight and bias (`folded_weight_and_bias`, added to `values` under new
+    names) writing the norm's output; the norm left out. A pair whose weights are not all initializers stays."""
+    import onnx
+    readers: dict[str, int] = {}
+    for node in proto.graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    for output in proto.graph.output:
+        readers[output.name] = readers.get(output.name, 0) + 1
+    nodes = list(proto.graph.node)
+    producers = {output: number for number, node in enumerate(nodes) for output in node.output}
+    initializers = {init.name for init in proto.graph.initializer}
+    folded: dict[int, Any] = {}   # a conv's number -> its folded replacement
+    norms: set[int] = set()       # the numbers of the norms folded
+    for number, norm in enumerate(nodes):
+        at = producers.get(norm.input[0]) if norm.op_type == "BatchNormalization" and norm.input else None
+        conv = nodes[at] if at is not None else None
+        if (conv is None or conv.op_type != "Conv" or readers.get(conv.output[0]) != 1
+                or any(norm.output[1:]) or not set(norm.input[1:5]) <= initializers
+                or not {name for name in conv.input[1:3] if name} <= initializers):
+            continue
+        weight = values[conv.input[1]]
+        bias = values[conv.input[2]] if len(conv.input) > 2 and conv.input[2] else None
+        gamma, beta, mean, var = (values[name] for name in norm.input[1:5])
+        eps = next((a.f for a in norm.attribute if a.name == "epsilon"), 1e-5)
+        new_weight, new_bias = folded_weight_and_bias(weight, bias, gamma, beta, mean, var, eps)
+        names = [_unused(f"{conv.input[1]}_folded", values), _unused(f"{norm.input[2]}_folded", values)]
+        values[names[0]], values[names[1]] = new_weight.astype(weight.dtype), new_bias.astype(weight.dtype)
+        replacement = onnx.NodeProto()
+        replacement.CopyFrom(conv)
+        del replacement.input[1:]
+        replacement.input.extend(names)
+        replacement.output[0] = norm.output[0]
+        folded[at] = replacement
+        norms.add(number)
+    return [(number, folded.get(number, node)) for number, node in enumerate(nodes) if number not in norms]
+
+
+def _unused(name: str, values: dict[str, Any]) -> str:
+    while name in values:
+        name += "_"
+    return name
 
 
 def _snake(op_type: str) -> str:

@@ -269,6 +269,36 @@ def test_convolutions_batch_norm_and_pooling_match_the_reference() -> None:
     assert ours.shape == expected.shape and _relative(ours, expected.astype(np.float64)) < 1e-5
 
 
+def test_a_batch_norm_is_folded_into_the_conv_it_alone_reads() -> None:
+    """Issue 42: Conv (no bias) -> BatchNormalization imports as one convolution with folded weights: the norm's
+    four tensors are not read; a Conv whose output is also a graph output keeps its norm. Both match the reference."""
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c1", "scale", "shift", "mean", "var"], ["n1"], epsilon=1e-3),
+             helper.make_node("Conv", ["n1", "w2", "b2"], ["c2"], kernel_shape=[1, 1]),
+             helper.make_node("BatchNormalization", ["c2", "scale2", "shift2", "mean2", "var2"], ["y"])]
+    weights = {"w1": RNG.standard_normal((6, 4, 3, 3)).astype(np.float32),
+               "w2": RNG.standard_normal((5, 6, 1, 1)).astype(np.float32),
+               "b2": RNG.standard_normal(5).astype(np.float32)}
+    for suffix, channels in (("", 6), ("2", 5)):
+        weights |= {f"scale{suffix}": RNG.uniform(0.5, 1.5, channels).astype(np.float32),
+                    f"shift{suffix}": RNG.standard_normal(channels).astype(np.float32),
+                    f"mean{suffix}": RNG.standard_normal(channels).astype(np.float32),
+                    f"var{suffix}": RNG.uniform(0.5, 2, channels).astype(np.float32)}
+    x = RNG.standard_normal((2, 4, 7, 7)).astype(np.float32)
+    outputs = {"folded": ["y"], "kept": ["y", "c2"]}
+    for case, names in outputs.items():
+        model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 7, 7])],
+                       [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in names], weights)
+        bound = set(import_onnx(model).bound)
+        assert {"w1_folded", "shift_folded"} <= bound and not bound & {"w1", "scale", "shift", "mean", "var"}
+        second = {"w2_folded", "shift2_folded"} <= bound and not bound & {"w2", "b2", "scale2", "mean2", "var2"}
+        assert second == (case == "folded")
+        ours = from_onnx(model, **QUICK)(x)
+        for got, expected in zip(ours if isinstance(ours, tuple) else (ours,),
+                                 ReferenceEvaluator(model).run(None, {"x": x})):
+            assert _relative(got, expected.astype(np.float64)) < 1e-5
+
+
 def test_pooling_with_pads_unequal_on_two_sides_matches_the_reference() -> None:
     """A MaxPool's padding never wins, even over negative values, and an AveragePool (count_include_pad 0, dilated)
     divides by the elements inside, when the pads differ before and after."""
