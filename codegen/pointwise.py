@@ -7,7 +7,7 @@ import math
 from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
-from tensorsmith.ir.patterns import KeptMatch, match_kept
+from tensorsmith.ir.patterns import KeptMatch, PointWrite, match_kept, match_point_write
 
 from .emit import (COMPUTE_TYPE, LAST_AXIS_INDEX, Emitter, NotFusable, ceil_div, delinearize, linear_index,
                    vector_loadable)
@@ -22,7 +22,11 @@ def pointwise_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[st
     block, vec = schedule["block"], schedule.as_dict().get("vec", 1)
     if vec > 1 and (not shape or shape[-1] % vec):
         raise ValueError(f"vec={vec} does not divide the last axis of {kernel.writes[0]}{list(shape)}")
-    extra = {"numel": numel, "vec": vec, "block": (block, 1, 1), "grid": (ceil_div(numel // vec, block), 1, 1)}
+    point = match_point_write(kernel.outputs)
+    if point is not None:
+        return _point_write_body(kernel, shapes, shape, point, schedule)
+    extra = {"numel": numel, "vec": vec, "block": (block, 1, 1),
+             "grid": (pointwise_blocks(kernel, shape, block, vec), 1, 1)}
     if vec == 1:
         coords = [(f"o{axis}", expr) for axis, expr in enumerate(delinearize("i", shape))]
         index = tuple(name for name, _ in coords)
@@ -119,7 +123,79 @@ def _pointwise_vector_loads(emitter: Emitter, accesses: list[tuple[Node, tuple[s
     return loaded
 
 
-def _emit_pointwise_vector(emitter: Emitter, kernel: Kernel, coords: list[str], vec: int) -> None:
+def _point_write_body(kernel: Kernel, shapes: dict, shape: tuple[int, ...], point: PointWrite,
+                      schedule: Schedule) -> tuple[str, dict]:
+    """Threads over one slice of the outputs, written at the position read at run time where every output is its
+    kept buffer's memory (a KV cache written in place); elsewhere (outputs of their own) the launch's threads, at
+    least COPY_BLOCKS blocks of them, stride over every element as a plain pointwise kernel computes them."""
+    block, vec = schedule["block"], schedule.as_dict().get("vec", 1)
+    if vec > 1 and point.axis == len(shape) - 1:
+        raise ValueError(f"vec={vec} along the axis {kernel.writes[0]} is written at one position of")
+    launched = launched_shape(kernel, shape)
+    numel, whole = math.prod(launched), math.prod(shape)
+    blocks = pointwise_blocks(kernel, shape, block, vec)
+    first = "i" if vec == 1 else "base"
+    emitter = Emitter(shapes)
+    same = " && ".join(_same_memory(name, match) for name, match in _kept(kernel).items())
+    emitter.open_scope(f"if (!({same}))")
+    emitter.open_scope(f"for (idx_t e = {first}; e < {whole}; e += (idx_t){blocks * block * vec})")
+    _emit_elements(emitter, kernel, shape, delinearize("e", shape), "e", vec)
+    emitter.close_scope()
+    emitter.line("return;")
+    emitter.close_scope()
+    emitter.line(f"if ({first} >= {numel}) return;   // past the slice")
+    emitter.line(f"const idx_t at = {emitter.value(point.position, point.at)};")
+    emitter.line(f"if (at < 0 || at >= {shape[point.axis]}) return;   // no element written: each keeps its value")
+    slice_index = delinearize(first, launched)
+    index = tuple("at" if axis == point.axis else part for axis, part in enumerate(slice_index))
+    _emit_elements(emitter, kernel, shape, index, linear_index(index, shape), vec)
+    how = (f"threads over one position along axis {point.axis}, read at run time, where each output is written in"
+           f" place over its kept input; else over every element (grid-stride)"
+           + (f"; {vec} consecutive elements of the last axis a thread" if vec > 1 else ""))
+    return "\n".join(emitter.lines), {"numel": blocks * block * vec, "vec": vec, "block": (block, 1, 1),
+                                      "coords": [], "grid": (blocks, 1, 1), "strategy": how}
+
+
+COPY_BLOCKS = 256   # a point write's blocks at least, where its outputs are not written in place (one wave)
+
+
+def pointwise_blocks(kernel: Kernel, shape: tuple[int, ...], block: int, vec: int) -> int:
+    """The blocks a pointwise kernel launches: one thread per VEC elements it writes in place (of a point write, its
+    slice; but COPY_BLOCKS at least, which stride over every element where the outputs are their own)."""
+    numel, whole = math.prod(launched_shape(kernel, shape)), max(1, math.prod(shape))
+    blocks = ceil_div(max(1, numel) // vec, block)
+    return blocks if numel == whole else max(blocks, min(ceil_div(whole // vec, block), COPY_BLOCKS))
+
+
+def launched_shape(kernel: Kernel, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape a pointwise kernel's threads cover in place: its outputs', but one position along a point write's
+    axis."""
+    point = match_point_write(kernel.outputs)
+    return shape if point is None else shape[:point.axis] + (1,) + shape[point.axis + 1:]
+
+
+def _emit_elements(emitter: Emitter, kernel: Kernel, shape: tuple[int, ...], index: tuple[str, ...], offset: str,
+                   vec: int) -> None:
+    """Every output at `index` (its first element's row-major `offset`), or at VEC elements from it along the last
+    axis, in a scope of its own."""
+    emitter.open_scope("")
+    names = tuple(f"c{axis}" for axis in range(len(shape)))
+    for name, part in zip(names, index):
+        emitter.line(f"const idx_t {name} = {part};")
+    if vec == 1:
+        for name, node in kernel.outputs:
+            emitter.store(name, node.dtype, names, emitter.value(node, names))
+    else:
+        emitter.line(f"const idx_t base_{emitter.indent} = {offset};")
+        probe = Emitter(emitter.buffer_shapes)
+        _emit_pointwise_vector(probe, kernel, list(names), vec)
+        _pointwise_vector_loads(emitter, probe.accesses, list(names), vec)
+        _emit_pointwise_vector(emitter, kernel, list(names), vec, base=f"base_{emitter.indent}")
+        emitter.preloaded = {}
+    emitter.close_scope()
+
+
+def _emit_pointwise_vector(emitter: Emitter, kernel: Kernel, coords: list[str], vec: int, base: str = "base") -> None:
     """Each output's VEC values into registers (invariants of the loop computed once before it), then stored."""
     index = (*coords[:-1], "k")
     for name, node in kernel.outputs:
@@ -133,4 +209,4 @@ def _emit_pointwise_vector(emitter: Emitter, kernel: Kernel, coords: list[str], 
     emitter.close_scope()
     emitter.end_invariants()
     for name, _ in kernel.outputs:      # outputs are contiguous and of the kernel's shape: the thread's offset is base
-        emitter.line(f"store_vec<{vec}>(g_{name} + base, r_{name}_out);")
+        emitter.line(f"store_vec<{vec}>(g_{name} + {base}, r_{name}_out);")

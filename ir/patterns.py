@@ -573,3 +573,50 @@ def _constant(node: Node, value: float) -> bool:
     while node.op in (Op.RESHAPE, Op.EXPAND):
         node = node.srcs[0]
     return node.op == Op.CONSTANT and node.arg == value
+
+
+@dataclass(frozen=True)
+class PointWrite:
+    """Outputs that each keep a buffer (`match_kept`) but at one position along `axis`, read at run time: the
+    condition is index == `position` there, `position` an int32 node read at the fixed index `at` (a decode step's
+    cache position). A kernel writing them in place touches that slice alone, not the whole buffer."""
+
+    axis: int
+    position: Node
+    at: Index
+
+
+@lru_cache(maxsize=4096)
+def match_point_write(outputs: tuple[tuple[str, Node], ...]) -> PointWrite | None:
+    """The one axis and position every output's kept blend writes at, where all of them are such blends; else None."""
+    found: set[tuple[int, int, Index]] = set()
+    positions: dict[int, Node] = {}
+    for _, node in outputs:
+        kept = match_kept(node)
+        if kept is None:
+            return None
+        point = _point_of(kept.condition)
+        if point is None:
+            return None
+        axis, position, at = point
+        found.add((axis, id(position), at))
+        positions[id(position)] = position
+    if len(found) != 1:
+        return None
+    ((axis, key, at),) = found
+    return PointWrite(axis, positions[key], at)
+
+
+def _point_of(condition: Node) -> tuple[int, Node, Index] | None:
+    """(axis, position, its index) where `condition` holds exactly where the index along that axis equals one int32
+    value the same for every element; else None."""
+    for axis in range(condition.ndim):
+        if condition.shape[axis] < 2:
+            continue
+        atoms: dict[tuple[int, Index], Node] = {}
+        index = tuple(ROW if a == axis else f"p{a}" for a in range(condition.ndim))
+        if _truth(condition, index, atoms) == (False, True, False) and len(atoms) == 1:
+            ((_, at), position), = atoms.items()
+            if all(part == "0" for part in at):   # the same element for every thread: a scalar of the launch
+                return axis, position, at
+    return None

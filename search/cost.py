@@ -25,6 +25,7 @@ from functools import lru_cache
 from tensorsmith.codegen.emit import NotFusable, is_inline_reduce
 from tensorsmith.codegen import attention
 from tensorsmith.codegen.matmul import WGMMA_ARCH, matmul_body, tensor_core_match
+from tensorsmith.codegen.pointwise import launched_shape, pointwise_blocks
 from tensorsmith.codegen.row_reduce import row_plan
 from tensorsmith.codegen.schedules import default_schedule
 from tensorsmith.codegen.declare import PYTHON
@@ -94,10 +95,23 @@ def kernel_flops(kernel: Kernel) -> float:
 
 def kernel_bytes(kernel: Kernel, program: KernelProgram) -> float:
     """Device-memory traffic: every buffer the kernel touches, read or written once; of a table it only looks rows
-    up in, the rows it reads."""
+    up in, the rows it reads; of a point write's outputs and the buffers of their shape (read at their index), the
+    slice it writes in place."""
     tables = _lookup_reads(kernel)
-    return float(sum(buffer.dtype.itemsize * tables[name] if name in tables else buffer.nbytes
+    share = _written_share(kernel)
+    sliced = {node.arg for _, out in kernel.outputs for node in toposort([out]) if node.op == Op.INPUT
+              and node.shape == out.shape} if share < 1 else set()
+    return float(sum(buffer.dtype.itemsize * tables[name] if name in tables
+                     else buffer.nbytes * (share if name in sliced or name in kernel.writes else 1.0)
                      for name in kernel.reads + kernel.writes for buffer in (program.buffers[name],)))
+
+
+def _written_share(kernel: Kernel) -> float:
+    """The share of its outputs' elements a pointwise kernel writes, as it runs in place: a point write's slice."""
+    if kernel.archetype != "pointwise":
+        return 1.0
+    shape = kernel.outputs[0][1].shape
+    return math.prod(launched_shape(kernel, shape)) / max(1, math.prod(shape))
 
 
 @lru_cache(maxsize=4096)
@@ -244,11 +258,10 @@ def launch_geometry(kernel: Kernel, shapes: dict[str, tuple[int, ...]], schedule
     params = schedule.as_dict()
     itemsize = max((n.dtype.itemsize for n in kernel.body if n.op == Op.INPUT), default=4)
     if kernel.archetype == "pointwise":   # VEC elements per thread: one access of up to 16 bytes per operand each
-        numel = max(1, math.prod(shapes[kernel.writes[0]]))
         reads, vec = max(1, len(kernel.reads)), params.get("vec", 1)
         access = min(VECTOR_BYTES, vec * itemsize)
-        return Geometry(-(-numel // (vec * params["block"])), params["block"], 0, access,
-                        reads * (vec * itemsize // access), 1)
+        return Geometry(pointwise_blocks(kernel, shapes[kernel.writes[0]], params["block"], vec), params["block"], 0,
+                        access, reads * (vec * itemsize // access), 1)
     if kernel.archetype == "matmul":
         launch = matmul_body(kernel, shapes, schedule)
         threads, bk = launch["block"][0], params["bk"]
@@ -361,7 +374,7 @@ def kernel_work(kernel: Kernel, vec: int) -> Work:
 @lru_cache(maxsize=4096)
 def _work(kernel: Kernel, vec: int) -> Work:
     if kernel.archetype != "row_reduce":
-        regions = [(node, float(node.size)) for _, node in kernel.outputs]
+        regions = [(node, float(node.size) * _written_share(kernel)) for _, node in kernel.outputs]
         stops: frozenset[int] = frozenset()
         preloadable: set[str] = set()
     else:

@@ -140,12 +140,17 @@ def test_max_is_rendered_to_keep_nan() -> None:
     assert "ts_fmax(" in sources and "fmaxf(" not in sources.replace("ts_fmax", "")
 
 
-def _cache_write(read_elsewhere: bool = False) -> ts.Graph:
-    """A KV cache written at one position (ts.nn.put, a decode step's write), and a sum over the written cache."""
+def _cache_write(read_elsewhere: bool = False, masked: bool = False, length: int = 16) -> ts.Graph:
+    """A KV cache written at one position (ts.nn.put, a decode step's write), or where a mask holds (`masked`), and
+    a sum over the written cache."""
     g = ts.Graph("cache_write")
-    cache = g.input("cache", (4, 16, 64), "float16")
+    cache = g.input("cache", (4, length, 64), "float16")
     at, values = g.input("at", (1,), "int32"), g.input("values", (4, 1, 64), "float16")
-    written = ts.nn.put(cache, at, values, axis=1)
+    if masked:
+        mask = g.input("mask", (4, length, 64), "bool")
+        written = ts.nn.where(mask, values.expand((4, length, 64)), cache)
+    else:
+        written = ts.nn.put(cache, at, values, axis=1)
     g.output("written", written)
     g.output("total", written.cast("float32").sum(1))
     if read_elsewhere:
@@ -154,11 +159,11 @@ def _cache_write(read_elsewhere: bool = False) -> ts.Graph:
 
 
 @pytest.mark.parametrize("vec", [1, 8])
-def test_a_cache_written_at_a_position_returns_early_where_written_in_place(vec: int) -> None:
-    """The kernel that writes where(position, values, cache) returns before reading anything where its output is
-    the cache's own memory and none of its elements is at the position; the program says that output may be
-    written over the cache."""
-    program = partition(_cache_write())
+def test_a_cache_written_where_a_mask_holds_returns_early_where_written_in_place(vec: int) -> None:
+    """The kernel that writes where(mask, values, cache) returns before reading anything where its output is the
+    cache's own memory and none of its elements is masked; the program says that output may be written over the
+    cache."""
+    program = partition(_cache_write(masked=True))
     assert program.written_in_place() == {"written": "cache"}
     trial = with_vec(program, vec)
     (position,) = [i for i, k in enumerate(trial.kernels) if k.writes == ("written",)]
@@ -169,6 +174,32 @@ def test_a_cache_written_at_a_position_returns_early_where_written_in_place(vec:
     assert "reads and writes nothing" in kernel.source.split("#include")[0]
     (cubin,) = compile_many([(kernel.source, kernel.name)], arch="sm_90")
     assert cubin[:4] == ELF_MAGIC
+
+
+@pytest.mark.parametrize("vec", [1, 8])
+def test_a_cache_written_at_one_position_launches_over_that_slice_in_place(vec: int) -> None:
+    """A decode step's write at a position read at run time: in place, the kernel's threads cover the one slice
+    along the cache's axis (its blocks one wave, not one per 256 elements of the cache), the position read once; out
+    of place the same blocks stride over every element. The cost model prices the slice."""
+    length = 2048
+    program = partition(_cache_write(length=length))
+    assert program.written_in_place() == {"written": "cache"}
+    trial = with_vec(program, vec, block=128)
+    (position,) = [i for i, k in enumerate(trial.kernels) if k.writes == ("written",)]
+    kernel = render_kernel(trial, position)
+    code = body(kernel.source)
+    whole_blocks = 4 * length * 64 // vec // 128
+    assert kernel.grid[0] == min(whole_blocks, 256) < whole_blocks
+    guard = "if (!((const void*)g_written == (const void*)g_cache))"
+    assert code.index(guard) < code.index(f"e < {4 * length * 64}") < code.index("const idx_t at = ")
+    assert "one position along axis 1" in kernel.source.split("#include")[0]
+    (cubin,) = compile_many([(kernel.source, kernel.name)], arch="sm_90")
+    assert cubin[:4] == ELF_MAGIC
+    target = get_target("sm90")
+    point = kernel_cost(trial.kernels[position], trial, target)
+    masked = partition(_cache_write(length=length, masked=True))
+    (other,) = [k for k in with_vec(masked, vec, block=128).kernels if k.writes == ("written",)]
+    assert point.dram_bytes < 4 * 64 * 2 * 3 + 64 < kernel_cost(other, with_vec(masked, vec, 128), target).dram_bytes
 
 
 def test_a_cache_read_by_another_kernel_or_through_a_view_is_not_written_in_place() -> None:

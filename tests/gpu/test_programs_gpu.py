@@ -122,16 +122,17 @@ def test_a_torch_view_at_an_odd_offset_is_copied_before_16_byte_loads_read_it() 
 
 
 
-@pytest.mark.parametrize("position", [0, 13])
+@pytest.mark.parametrize("position", [0, 13, -1])
 def test_a_cache_written_in_place_keeps_every_other_element_and_feeds_its_readers(position: int) -> None:
     """A KV cache written at one position with out= its own tensor (the program says it may be): the position's
-    values land in the caller's tensor, every other element is left as it was (the kernel skips it), and the kernel
-    reading the written cache sees the new values; an output that may not be written over its input is refused."""
+    values land in the caller's tensor, every other element is left as it was (the kernel touches only that slice),
+    and the kernel reading the written cache sees the new values; written out of place (an output of its own) every
+    element is the reference's; an output that may not be written over its input is refused."""
     torch = pytest.importorskip("torch")
     g = ts.Graph("cache_write")
     cache = g.input("cache", (4, 16, 64), "float16")
     at, values = g.input("at", (1,), "int32"), g.input("values", (4, 1, 64), "float16")
-    written = ts.nn.put(cache, at, values, axis=1)
+    written = ts.nn.put(cache, at, values, axis=1, wrap=True)   # -1: the last position, as index_copy takes it
     g.output("written", written)
     g.output("total", written.cast("float32").sum(1))
     program = ts.compile(g, profile=False)
@@ -139,12 +140,15 @@ def test_a_cache_written_in_place_keeps_every_other_element_and_feeds_its_reader
     inputs = {**random_inputs(g, seed=5), "at": np.array([position], np.int32)}
     expected = ts.evaluate(g, inputs)
     on_gpu = {name: torch.from_numpy(array).cuda() for name, array in inputs.items()}
+    apart = program(**on_gpu)
+    for check in compare(g, {k: v.cpu().float().numpy() for k, v in apart.items()}, expected):
+        assert check.ok, check
     before = on_gpu["cache"].clone()
     outputs = program(**on_gpu, out={"written": on_gpu["cache"]})
     torch.cuda.synchronize()
     assert outputs["written"].data_ptr() == on_gpu["cache"].data_ptr()
     assert torch.equal(on_gpu["cache"][:, position], on_gpu["values"][:, 0])
-    others = [p for p in range(16) if p != position]
+    others = [p for p in range(16) if p != position % 16]
     assert torch.equal(on_gpu["cache"][:, others], before[:, others])
     np.testing.assert_allclose(outputs["total"].cpu().numpy(), expected["total"], rtol=1e-3, atol=1e-2)
     with pytest.raises(ts.InputError, match="overlaps"):
