@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import tensorsmith as ts
@@ -21,8 +22,6 @@ from tensorsmith.rewrites import saturate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SEQ, DIM, HEADS, FFN = 2048, 4096, 32, 11008
-
-
 
 
 def block(g: ts.Graph, x: ts.Tensor, k: int, seq: int = SEQ, dim: int = DIM, heads: int = HEADS,
@@ -56,12 +55,28 @@ def transformer(layers: int, **sizes: int) -> ts.Graph:
     return g
 
 
-def measure(name: str, graph: ts.Graph) -> tuple[str, int, int, int, float, str, str]:
+@dataclass(frozen=True)
+class Row:
+    """One saturated graph: its size, the e-graph's, the time, and why saturation and each stage stopped."""
+
+    name: str
+    nodes: int
+    enodes: int
+    eclasses: int
+    seconds: float
+    stopped: str
+    stages: str       # "stage:e-nodes(why it stopped)" for every stage
+    layers: int = 0   # the depth of a transformer stack; 0 for an example
+
+
+def measure(name: str, graph: ts.Graph, layers: int = 0) -> Row:
     start = time.perf_counter()
     report = saturate(graph).report
     seconds = time.perf_counter() - start
-    stages = " ".join(f"{stage}:{enodes}" for stage, _, enodes, _ in report.per_stage())
-    return name, len(graph.nodes()), report.enodes, report.eclasses, seconds, report.stopped, stages
+    stops = dict(report.stage_stops)
+    stages = " ".join(f"{stage}:{enodes}" + (f"({stops[stage]})" if stage in stops else "")
+                      for stage, _, enodes, _ in report.per_stage())
+    return Row(name, len(graph.nodes()), report.enodes, report.eclasses, seconds, report.stopped, stages, layers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,18 +85,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = [measure(path.stem, load_example(path)) for path in sorted(EXAMPLES.glob("*.py"))]
     for layers in (1,) if args.quick else (1, 2, 4, 8):
-        rows.append(measure(f"{layers} block{'s' if layers > 1 else ''}", transformer(layers)))
-    print(f"{'graph':<12} {'nodes':>6} {'e-nodes':>8} {'e-classes':>9} {'seconds':>8}  {'stopped':<10} "
-          "e-nodes per stage")
-    for name, nodes, enodes, eclasses, seconds, stopped, stages in rows:
-        print(f"{name:<12} {nodes:>6} {enodes:>8} {eclasses:>9} {seconds:>8.2f}  {stopped:<10} {stages}")
-    blocks = [row for row in rows if "block" in row[0]]
-    if len(blocks) > 1:
-        one = blocks[0]
-        print("per block, relative to one: " + ", ".join(
-            f"{row[0]}: {row[2] / one[2] / int(row[0].split()[0]):.2f}x e-nodes, "
-            f"{row[4] / one[4] / int(row[0].split()[0]):.2f}x time" for row in blocks[1:]))
+        rows.append(measure(f"{layers} block{'s' if layers > 1 else ''}", transformer(layers), layers))
+    print(f"{'graph':<17} {'nodes':>6} {'e-nodes':>8} {'e-classes':>9} {'seconds':>8}  {'stopped':<10} "
+          "e-nodes per stage (why the stage stopped)")
+    for row in rows:
+        print(f"{row.name:<17} {row.nodes:>6} {row.enodes:>8} {row.eclasses:>9} {row.seconds:>8.2f}  "
+              f"{row.stopped:<10} {row.stages}")
+    print(per_block_line([row for row in rows if row.layers]))
     return 0
+
+
+def per_block_line(stacks: list[Row]) -> str:
+    """E-nodes and seconds per block of each stack, relative to the one-block stack (1.00x: linear growth)."""
+    one = next((row for row in stacks if row.layers == 1), None)
+    if one is None or len(stacks) < 2:
+        return ""
+    return "per block, relative to one: " + ", ".join(
+        f"{row.name}: {row.enodes / one.enodes / row.layers:.2f}x e-nodes, "
+        f"{row.seconds / one.seconds / row.layers:.2f}x time" for row in stacks if row is not one)
 
 
 if __name__ == "__main__":
