@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import tensorsmith as ts
 from tensorsmith import nn
@@ -55,8 +55,7 @@ def transformer(layers: int, **sizes: int) -> ts.Graph:
     return g
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     """One saturated graph: its size, the e-graph's, the time, and why saturation and each stage stopped."""
 
     name: str
