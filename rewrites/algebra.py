@@ -20,6 +20,7 @@ from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 
+from . import every_length
 from .eclasses import EClasses, decode_value, encode_value
 from .proofs import EXP2, FIN, MAX_FINITE, Claim, Scalar, add, maximum, mul, real_max
 from .rule import Rule, example_graph
@@ -155,6 +156,15 @@ def _plus(u: object, v: object) -> object:
 
 N = REDUCTION_LENGTH
 
+# Why a reduction rule's proof stays at fixed lengths (the others are proved at every length: every_length.py).
+FOLDED_AT_THE_LENGTH = ("a derive pass: numpy computes the folded value at the actual length; the claims check "
+                        "that the IEEE model's op agrees with it on special and ordinary constants, at length 3")
+IEEE_ELEMENTS = ("IEEE model: the law must keep nan, ±inf and signed zeros, and the induction's uninterpreted "
+                 "prefix functions are reals; an element of the IEEE model is a (kind, value, sign) triple, so it "
+                 "is proved over that many extended-real elements")
+MAX_HAS_NO_EMPTY_CASE = ("an empty max is -inf, which the real model lacks, so the induction has no length-0 base "
+                         "(one from length 1 would need a base of its own); proved at length 3")
+
 
 def _example(name: str, out: Callable[[Graph], Node]) -> Callable[[], Graph]:
     def build() -> Graph:
@@ -183,9 +193,10 @@ ALGEBRA: tuple[Rule, ...] = (
          _consts_example("fold_mul", Op.MUL), derive=_fold_binary("Mul", lambda u, v: u * v, Mul)),
     Rule("fold_sum", "sum(const, axis) -> const (numpy's sum of that many copies)", (),
          _fold_reduce_claims(add, lambda v: v.sum()), _reduce_const_example("fold_sum", Op.SUM),
-         derive=_fold_reduce("Sum", lambda v: v.sum(), Sum)),
+         derive=_fold_reduce("Sum", lambda v: v.sum(), Sum), bounded_because=FOLDED_AT_THE_LENGTH),
     Rule("fold_max", "max(const, axis) -> const", (), _fold_reduce_claims(maximum, lambda v: v.max()),
-         _reduce_const_example("fold_max", Op.MAX), derive=_fold_reduce("Max", lambda v: v.max(), Max)),
+         _reduce_const_example("fold_max", Op.MAX), derive=_fold_reduce("Max", lambda v: v.max(), Max),
+         bounded_because=FOLDED_AT_THE_LENGTH),
     # factoring: a shared factor leaves the sum (one multiply fewer)
     Rule("factor", "a * b + a * c -> a * (b + c)",
          rewrite(Add(Mul(a, b), Mul(a, c))).to(Mul(a, Add(b, c))),
@@ -291,7 +302,7 @@ REDUCTIONS: tuple[Rule, ...] = (
     Rule("sum_sum", "sum(sum(x, i), j) -> the two axes summed in the other order",
          (rewrite(Sum(Sum(x, axis), axis2)).to(Sum(Sum(x, axis2 + 1), axis), axis <= axis2),
           rewrite(Sum(Sum(x, axis), axis2)).to(Sum(Sum(x, axis2), axis - 1), axis > axis2)),
-         (_sum_sum_claim(),),
+         (_sum_sum_claim(), *every_length.sum_sum()),
          _example("sum_sum", lambda g: P.reduce(Op.SUM, P.reduce(Op.SUM, g.input("x", (2, 3, 4), "float32").node,
                                                                   0), 1)),
          model="real"),
@@ -300,12 +311,13 @@ REDUCTIONS: tuple[Rule, ...] = (
           rewrite(Max(Max(x, axis), axis2)).to(Max(Max(x, axis2), axis - 1), axis > axis2)),
          (_max_max_claim(),),
          _example("max_max", lambda g: P.reduce(Op.MAX, P.reduce(Op.MAX, g.input("x", (2, 3, 4), "float32").node,
-                                                                  2), 0))),
+                                                                  2), 0)),
+         bounded_because=IEEE_ELEMENTS),
     Rule("sum_factor", "sum(x * c, axis) -> sum(x, axis) * c for c constant along the axis",
          (rewrite(Sum(Mul(x, Expand(c, shape)), axis)).to(Mul(Sum(x, axis), _reduced(c)), *_const_along()),
           rewrite(Sum(Mul(x, Const(bits, shape, dtype)), axis)).to(
               Mul(Sum(x, axis), Const(bits, shape.remove(axis), dtype)))),
-         (_sum_factor_claim(),),
+         (_sum_factor_claim(), *every_length.sum_factor()),
          _example("sum_factor", lambda g: P.reduce(Op.SUM, P.binary(Op.MUL, _x(g), P.expand(_col(g), (3, 4))), 1)),
          model="real"),
     Rule("sum_broadcast", "sum(expand(x), axis) over an axis x has size 1 on -> x * size",
@@ -313,7 +325,8 @@ REDUCTIONS: tuple[Rule, ...] = (
              Mul(Expand(Reshape(x, xs.remove(axis)), shape.remove(axis)), Sum(Const(ONE, shape, dtype), axis)),
              shape_of(x) == xs, xs[axis] == i64(1), dtype_of(x) == dtype),
          _sum_broadcast_claims(),
-         _example("sum_broadcast", lambda g: P.reduce(Op.SUM, P.expand(_col(g), (3, 4)), 1))),
+         _example("sum_broadcast", lambda g: P.reduce(Op.SUM, P.expand(_col(g), (3, 4)), 1)),
+         bounded_because=IEEE_ELEMENTS),
     Rule("max_add", "max(x + c, axis) -> max(x, axis) + c for c constant along the axis (floats)",
          tuple(rewrite(Max(Add(x, Expand(c, shape)), axis)).to(Add(Max(x, axis), _reduced(c)), *_const_along(),
                                                                dtype_of(c) == String(d)) for d in FLOAT_DTYPES)
@@ -321,12 +334,13 @@ REDUCTIONS: tuple[Rule, ...] = (
              Add(Max(x, axis), Const(bits, shape.remove(axis), d))) for d in FLOAT_DTYPES),
          (_max_add_claim(),),
          _example("max_add", lambda g: P.reduce(Op.MAX, P.binary(Op.ADD, _x(g), P.expand(_col(g), (3, 4))), 1)),
-         model="real"),
+         model="real", bounded_because=MAX_HAS_NO_EMPTY_CASE),
     Rule("max_mul_positive", "max(x * c, axis) -> max(x, axis) * c for a positive finite constant c (floats)",
          tuple(rewrite(Max(Mul(x, Const(bits, shape, d)), axis)).to(
              Mul(Max(x, axis), Const(bits, shape.remove(axis), d)), bits > i64(0), bits < i64(POS_INF_BITS))
              for d in FLOAT_DTYPES),
          (_max_mul_positive_claim(),),
          _example("max_mul_positive", lambda g: P.reduce(Op.MAX, P.binary(Op.MUL, _x(g),
-                                                                          P.constant(0.125, (3, 4), "float32")), 1))),
+                                                                          P.constant(0.125, (3, 4), "float32")), 1)),
+         bounded_because=IEEE_ELEMENTS),
 )

@@ -1,9 +1,9 @@
 """Contractions: the laws of matrix products that change how much work a program does.
 
 They rewrite `MatMul` terms (rewrites/patterns.py recognises them), so they run in their own stage after the
-patterns. Each is proved in the "real" model over one output element of small concrete sizes (a contraction of
-length 2 or 3 with uninterpreted elements): the identity is the same polynomial identity at every length, but
-Z3 decides nonlinear real arithmetic only for fixed arity, so the lengths stay bounded. The shapes are the
+patterns. Each is proved in the "real" model over one output element: at every length, by induction on the
+contracted length (and, for associativity, on the other one; rewrites/every_length.py), the prefix sums
+uninterpreted functions; and, as before, over small concrete sizes with uninterpreted elements. The shapes are the
 rule's: the 2-D products `a @ b` that `Tensor.__matmul__` builds, `MatMul(reshape(a, (m, k, 1)),
 reshape(b, (1, k, n)), (m, k, n), 1)`.
 
@@ -22,6 +22,7 @@ from egglog import Vec, i64, rewrite, var
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.tensor import Tensor
 
+from . import every_length
 from .proofs import Claim
 from .rule import Rule, tensor_example
 from .term import Add, MatMul, Reshape, TExpr, dtype_of, shape_of
@@ -124,21 +125,23 @@ def _summed_weight(g: Graph) -> Tensor:
 
 
 CONTRACTIONS: tuple[Rule, ...] = (
-    Rule("matmul_assoc", "(a @ b) @ c -> a @ (b @ c)", (_assoc_right(),), (_assoc_claim(),),
+    Rule("matmul_assoc", "(a @ b) @ c -> a @ (b @ c)", (_assoc_right(),),
+         (_assoc_claim(), *every_length.contraction_assoc()),
          tensor_example("matmul_assoc", _chain_right), model="real", stage="contractions"),
     Rule("matmul_assoc_left", "a @ (b @ c) -> (a @ b) @ c",
-         (_assoc_left(),), (_assoc_claim(),), tensor_example("matmul_assoc_left", _chain_left), model="real",
-         stage="contractions"),
+         (_assoc_left(),), (_assoc_claim(), *every_length.contraction_assoc()),
+         tensor_example("matmul_assoc_left", _chain_left), model="real", stage="contractions"),
     Rule("matmul_factor", "a @ b + a @ c -> a @ (b + c); a @ c + b @ c -> (a + b) @ c",
          (rewrite(Add(MatMul(a, b, s, axis), MatMul(a, c, s, axis))).to(
              MatMul(a, Add(b, c), s, axis), shape_of(b) == shape_of(c), dtype_of(b) == dtype_of(c)),
           rewrite(Add(MatMul(a, c, s, axis), MatMul(b, c, s, axis))).to(
              MatMul(Add(a, b), c, s, axis), shape_of(a) == shape_of(b), dtype_of(a) == dtype_of(b))),
-         (_factor_claim(),), tensor_example("matmul_factor", _shared_left), model="real", stage="contractions"),
+         (_factor_claim(), *every_length.contraction_factor()), tensor_example("matmul_factor", _shared_left),
+         model="real", stage="contractions"),
     Rule("matmul_distribute", "a @ (b + c) -> a @ b + a @ c (the summed operand possibly reshaped)",
          (rewrite(MatMul(a, Add(b, c), s, axis)).to(Add(MatMul(a, b, s, axis), MatMul(a, c, s, axis))),
           rewrite(MatMul(a, Reshape(Add(b, c), rb), s, axis)).to(
               Add(MatMul(a, Reshape(b, rb), s, axis), MatMul(a, Reshape(c, rb), s, axis)))),
-         (_distribute_claim(),), tensor_example("matmul_distribute", _summed_weight), model="real",
-         stage="contractions"),
+         (_distribute_claim(), *every_length.contraction_factor()),
+         tensor_example("matmul_distribute", _summed_weight), model="real", stage="contractions"),
 )

@@ -30,8 +30,10 @@ Two proof models, and the policy for choosing between them (each rule states its
   arithmetic may; a rule that must keep specials exactly is proved in the IEEE model or does not ship.
 - "index" (sorts "int"/"bool" only): views as integer index maps, exact.
 
-Reductions are proved over a small concrete length with uninterpreted elements (one variable each), which is
-what the rule does to any one output element.
+Reductions are proved over every length where Z3 can, by induction on the length (rewrites/induction.py: a base
+case and a step over uninterpreted prefix sums, no bound); the others over a small concrete length with
+uninterpreted elements (one variable each), which is what the rule does to any one output element. Each such rule
+says why its proof stays bounded (`Rule.bounded_because`).
 
 View rules are claims over indices: lhs and rhs map an output index to the index of the source element it
 reads, and the claim is that they agree wherever the output index is in bounds (see `reshape_source`...).
@@ -271,6 +273,7 @@ class Claim:
     sorts: tuple[str, ...] | None = None   # default: every variable a "scalar"
     note: str = ""
     real: bool = False   # proved in the "real" model (set it for claims without variables)
+    lengths: tuple[int, ...] = ()   # the positions of the variables that are symbolic lengths (rewrites/induction.py)
 
     @property
     def model(self) -> str:

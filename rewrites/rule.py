@@ -26,9 +26,10 @@ class Rule:
 
     `model` says how its claims are proved (rewrites/proofs.py): "ieee" (every float value, specials included),
     "real" (real arithmetic; deviates from the reference only by rounding and overflow) or "index" (views, as
-    integer index maps). `stage` is the saturation stage it runs in (rewrites/saturate.py). A rule that egglog
-    cannot state (it computes a float, as constant folding does) has no rewrites and a `derive` pass instead:
-    given the e-graph's tables it returns pairs of literal terms to merge.
+    integer index maps). A rule over reductions is proved at every length (a claim with `lengths`, by induction)
+    or says why its proof stays at fixed lengths (`bounded_because`). `stage` is the saturation stage it runs in
+    (rewrites/saturate.py). A rule that egglog cannot state (it computes a float, as constant folding does) has no
+    rewrites and a `derive` pass instead: given the e-graph's tables it returns pairs of literal terms to merge.
     """
 
     name: str
@@ -39,6 +40,7 @@ class Rule:
     model: Model = "ieee"
     stage: Stage = "algebra"
     derive: Derive | None = None
+    bounded_because: str = ""   # for a rule over reductions proved at fixed lengths only: why not at every length
 
     @property
     def rewrites(self) -> tuple[RewriteOrRule, ...]:

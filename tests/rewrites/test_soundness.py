@@ -1,6 +1,7 @@
 """Every rule is proved by Z3 and agrees with the reference interpreter; unsound rules are caught by both."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Iterator
 
 import numpy as np
@@ -15,6 +16,8 @@ from tensorsmith.rewrites import CLAIMS, RULES, Claim, Rule, Verdict, check, sat
 from tensorsmith.ir.tensor import LOG2_E
 from tensorsmith.rewrites.eclasses import (PATTERN_OPS, EClasses, ENode, build_graph, cheapest, encode_value,
                                            read_eclasses)
+from tensorsmith.rewrites import every_length
+from tensorsmith.rewrites.induction import SOME_LARGE_LENGTH, Induction, reals_of_index
 from tensorsmith.rewrites.proofs import (FIN, MAX_FINITE, Scalar, consistent, exp2, log2, permute_source, recip,
                                          reshape_source, sqrt)
 from tensorsmith.rewrites.term import Const, Mul, TExpr, constructor_cost
@@ -98,6 +101,77 @@ def test_the_narrower_claims_of_the_unsound_ones_do_hold() -> None:
     small = Claim(lambda x: sqrt(x * x), lambda x: x,
                   assuming=lambda x: z3.And(positive(x), x.value * x.value <= MAX_FINITE))
     assert check(small)[0] == Verdict.PROVED
+
+
+# lengths: which reduction rules are proved at every length, and why the others are not ---------------------
+
+REDUCTION_CONSTRUCTORS = ("Sum(", "Max(", "MatMul(", "OnlineSoftmax(")
+PROVED_AT_EVERY_LENGTH = {"sum_sum", "sum_factor", "rmsnorm_matmul", "matmul_assoc", "matmul_assoc_left",
+                          "matmul_factor", "matmul_distribute"}
+REDUCTION_RULES = [rule for rule in RULES
+                   if any(name in str(r) for r in rule.rewrites for name in REDUCTION_CONSTRUCTORS)
+                   or rule.bounded_because]
+
+
+def length_claims(rule: Rule) -> list[Claim]:
+    """The claims of the rule's inductions that leave a length free (every step, and the bases of two-length laws)."""
+    return [claim for claim in rule.claims if claim.lengths]
+
+
+def test_the_rules_proved_at_every_length_are_these() -> None:
+    """The report: proved over symbolic lengths, or at fixed lengths with the reason. A rule moved from the first
+    to the second (its induction dropped) fails here."""
+    symbolic = {rule.name for rule in RULES if length_claims(rule)}
+    bounded = {rule.name: rule.bounded_because for rule in REDUCTION_RULES if rule.name not in symbolic}
+    report = "\n".join([f"every length: {sorted(symbolic)}"]
+                       + [f"fixed lengths: {name}: {why}" for name, why in bounded.items()])
+    assert symbolic == PROVED_AT_EVERY_LENGTH, report
+    assert all(bounded.values()), report
+
+
+@pytest.mark.parametrize("rule", REDUCTION_RULES, ids=[rule.name for rule in REDUCTION_RULES])
+def test_a_reduction_rule_is_proved_at_every_length_or_says_why_not(rule: Rule) -> None:
+    assert bool(length_claims(rule)) != bool(rule.bounded_because), \
+        f"{rule.name}: proved at every length and also bounded, or neither"
+
+
+@pytest.mark.parametrize("name", sorted(PROVED_AT_EVERY_LENGTH))
+def test_a_symbolic_proof_has_no_bound_on_its_lengths(name: str) -> None:
+    """Every base case has its step; each claim that leaves a length free is proved, and its premises hold with
+    every free length at 10**6 (a bound hidden in a premise, such as n <= 3, would make them contradictory)."""
+    rule = next(rule for rule in RULES if rule.name == name)
+    notes = [claim.note for claim in rule.claims]
+    bases, steps = sum("base case" in n for n in notes), sum("step, length n -> n + 1" in n for n in notes)
+    assert bases == steps >= 1, notes
+    for claim in length_claims(rule):
+        assert check(claim)[0] == Verdict.PROVED, claim.note
+        assert claim.sorts is not None and all(claim.sorts[i] == "int" for i in claim.lengths)
+        premises = claim.assuming
+        assert premises is not None
+
+        def large(*v: z3.ArithRef, premises: Callable = premises, claim: Claim = claim) -> z3.BoolRef:
+            return z3.And(premises(*v), *[v[i] == SOME_LARGE_LENGTH + i for i in claim.lengths])
+        assert consistent(dataclasses.replace(claim, assuming=large)), f"{claim.note}: a bound hides in the premises"
+
+
+def test_a_wrong_law_fails_its_induction_step() -> None:
+    """sum(x * c) = sum(x) is refuted at the step, and the double sum's main step is not proved without its lemmas."""
+    x, sum_x, sum_xc = (reals_of_index(f"wrong_{name}") for name in ("x", "sum_x", "sum_xc"))
+    c = z3.Real("wrong_c")
+    wrong = Induction("sum(x * c) = sum(x)", holds=lambda n: sum_xc(n) == sum_x(n),
+                      starts=lambda: [sum_x(0) == 0, sum_xc(0) == 0],
+                      steps=lambda n: [sum_x(n + 1) == sum_x(n) + x(n), sum_xc(n + 1) == sum_xc(n) + x(n) * c])
+    base, step = wrong.claims()
+    assert check(base)[0] == Verdict.PROVED and check(step)[0] == Verdict.REFUTED
+    assert all(check(claim)[0] == Verdict.PROVED for claim in every_length.sum_sum())
+    rows_total, columns_total, row = (reals_of_index(f"sum_sum_{name}", 2)
+                                      for name in ("rows_total", "columns_total", "row"))
+    without_lemmas = Induction(
+        "rows then columns = columns then rows, no lemmas",
+        holds=lambda rows, cols: rows_total(rows, cols) == columns_total(rows, cols),
+        starts=lambda cols: [rows_total(0, cols) == 0],
+        steps=lambda rows, cols: [rows_total(rows + 1, cols) == rows_total(rows, cols) + row(rows, cols)], others=1)
+    assert all(check(claim)[0] != Verdict.PROVED for claim in without_lemmas.claims())
 
 
 # numbers -----------------------------------------------------------------------------------------
