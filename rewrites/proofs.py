@@ -19,9 +19,10 @@ Two proof models, and the policy for choosing between them (each rule states its
   and the max laws whose operations are monotone live here: they must not change a nan, an inf or a signed zero.
 - "real" (sorts "real"): plain real arithmetic (`z3.Real`), with division by zero stated away in `assuming`
   and exp2, log2, sin, sqrt uninterpreted with the axioms in `REAL_AXIOMS` (exp2(a + b) = exp2(a) * exp2(b),
-  exp2 > 0). The algebraic rules whose only deviation from the real numbers is floating-point rounding, or
-  overflow of an intermediate, live here: associativity, distributivity, factoring a constant out of a sum,
-  recip(a) * recip(b) = recip(a * b), the exp2 law, online softmax. The strict model refutes them (for
+  exp2 > 0) and, for claims that mention log2, `LOG2_AXIOMS` (log2(exp2(a)) = a, exp2(log2(a)) = a for a > 0).
+  The algebraic rules whose only deviation from the real numbers is floating-point rounding, or overflow or
+  underflow of an intermediate, live here: associativity, distributivity, factoring a constant out of a sum,
+  recip(a) * recip(b) = recip(a * b), the exp2 and log2 laws, online softmax. The strict model refutes them (for
   example (a + b) + c overflows where a + (b + c) does not), so they are proved "as real arithmetic where
   exact, with the conditions made explicit", and their numeric check runs on finite random inputs with a
   tolerance instead of bit-level agreement on special values (tests/rewrites/test_soundness.py).
@@ -61,6 +62,10 @@ _U, _V = z3.Reals("u v")
 REAL_AXIOMS = (z3.ForAll([_U, _V], EXP2(_U + _V) == EXP2(_U) * EXP2(_V),
                          patterns=[EXP2(_U + _V), z3.MultiPattern(EXP2(_U), EXP2(_V))]),
                z3.ForAll([_U], EXP2(_U) > 0, patterns=[EXP2(_U)]))
+# log2 is the inverse of exp2: on every real one way, on the positive reals the other. Added only to claims that
+# mention log2: with them Z3 can no longer build a model of a false claim that does not (it answers unknown).
+LOG2_AXIOMS = (z3.ForAll([_U], LOG2(EXP2(_U)) == _U, patterns=[EXP2(_U)]),
+               z3.ForAll([_U], z3.Implies(_U > 0, EXP2(LOG2(_U)) == _U), patterns=[LOG2(_U)]))
 
 
 @dataclass(frozen=True)
@@ -323,11 +328,27 @@ def _solver(claim: Claim, timeout_ms: int, axioms: bool = True) -> tuple[z3.Solv
     solver.add(MAX_FINITE > 1)
     solver.add(*[v.well_formed() for v in variables if isinstance(v, Scalar)])
     solver.add(*_facts(lhs), *_facts(rhs))
+    premises = claim.assuming(*variables) if claim.assuming is not None else z3.BoolVal(True)
     if claim.model == "real" and axioms:
         solver.add(*REAL_AXIOMS)
-    if claim.assuming is not None:
-        solver.add(claim.assuming(*variables))
+        if any(_mentions(term, LOG2) for term in (lhs, rhs, premises) if isinstance(term, z3.ExprRef)):
+            solver.add(*LOG2_AXIOMS)
+    solver.add(premises)
     return solver, lhs, rhs
+
+
+def _mentions(term: z3.ExprRef, function: z3.FuncDeclRef) -> bool:
+    """Whether `function` is applied anywhere in `term`."""
+    todo, seen = [term], set()
+    while todo:
+        e = todo.pop()
+        if e.get_id() in seen:
+            continue
+        seen.add(e.get_id())
+        if z3.is_app(e) and z3.eq(e.decl(), function):
+            return True
+        todo.extend(e.children())
+    return False
 
 
 def check(claim: Claim, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> tuple[Verdict, z3.ModelRef | None]:

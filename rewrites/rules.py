@@ -3,8 +3,8 @@
 small graph whose output is the rule's left-hand side (`example`, for the random numeric check).
 
 This file holds the identities, commutativity, casts and views; rewrites/algebra.py the algebra and the
-reductions; rewrites/patterns.py the patterns; rewrites/contractions.py the laws of matrix products. `RULES` is all
-of them.
+reductions; rewrites/logarithms.py the laws of log2; rewrites/patterns.py the patterns; rewrites/contractions.py
+the laws of matrix products. `RULES` is all of them.
 
 Rules that look right and are not, and so do not ship (the tests show each one refuted):
 - x * 0 -> 0: inf * 0 and nan * 0 are nan.
@@ -28,6 +28,7 @@ from tensorsmith.ir.ops import Op
 from .eclasses import encode_value
 from .algebra import ALGEBRA, REASSOCIATE, REDUCTIONS
 from .contractions import CONTRACTIONS
+from .logarithms import LOGARITHMS
 from .patterns import PATTERNS
 from .rule import Rule, example_graph
 from .proofs import Claim, Scalar, expand_source, in_bounds, permute_source, reshape_source
@@ -206,6 +207,6 @@ INDEX_RULES = frozenset({"reshape_reshape", "reshape_same", "permute_permute", "
                          "expand_same", "expand_const", "reshape_const"})
 RULES: tuple[Rule, ...] = (
     tuple(dataclasses.replace(rule, model="index") if rule.name in INDEX_RULES else rule for rule in BASE)
-    + ALGEBRA + REDUCTIONS + REASSOCIATE + PATTERNS + CONTRACTIONS)
+    + ALGEBRA + LOGARITHMS + REDUCTIONS + REASSOCIATE + PATTERNS + CONTRACTIONS)
 
 CLAIMS: dict[str, tuple[Claim, ...]] = {rule.name: rule.claims for rule in RULES}

@@ -18,7 +18,8 @@ from tensorsmith.rewrites.eclasses import (PATTERN_OPS, EClasses, ENode, build_g
                                            read_eclasses)
 from tensorsmith.rewrites import every_length
 from tensorsmith.rewrites.induction import SOME_LARGE_LENGTH, Induction, reals_of_index
-from tensorsmith.rewrites.proofs import (FIN, MAX_FINITE, Scalar, consistent, exp2, log2, permute_source, recip,
+from tensorsmith.rewrites.logarithms import log2_product_instances
+from tensorsmith.rewrites.proofs import (FIN, LOG2, MAX_FINITE, Scalar, consistent, exp2, log2, permute_source, recip,
                                          reshape_source, sqrt)
 from tensorsmith.rewrites.term import Const, Mul, TExpr, constructor_cost
 
@@ -70,6 +71,10 @@ UNSOUND = {
     "recip_mul_no_premise": Claim(lambda a, b: (1 / a) * (1 / b), lambda a, b: 1 / (a * b), sorts=("real", "real"),
                                   assuming=lambda a, b: a != 0),   # b = 0: Z3's 1/0 is any value
     "add_cancel": Claim(lambda x: x + -1.0 * x, lambda x: ZERO),              # inf - inf
+    # log2: a product's log without the positivity of its factors (-1 * -1), and log2(exp2(x)) on floats (overflow)
+    "log2_product_any_sign": Claim(lambda u, v: LOG2(u * v), lambda u, v: LOG2(u) + LOG2(v), sorts=("real", "real"),
+                                   assuming=lambda u, v: z3.And(*log2_product_instances(u, v))),
+    "log2_exp2_ieee": Claim(lambda x: log2(exp2(x)), lambda x: x),
     # views: composing permutations in the wrong order, and a reshape taken for a transpose
     "permute_wrong_order": Claim(lambda *i: permute_source(permute_source(i, (1, 0, 2)), (1, 2, 0)),
                                  lambda *i: permute_source(i, (0, 2, 1)), sorts=("int",) * 3),
