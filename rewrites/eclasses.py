@@ -271,6 +271,26 @@ def classes_of(classes: EClasses, nodes: list[Node]) -> dict[int, int]:
     return found
 
 
+def held_classes(classes: EClasses, nodes: list[Node]) -> dict[int, int]:
+    """The e-class of each of `nodes` (by id; in topological order) that the e-graph holds, as `node_of` builds
+    it: a contraction sum(expand(a, s) * expand(b, s), axis) also where the e-graph holds MatMul(a, b, s, axis)."""
+    index = {enode: c for c, enodes in classes.nodes.items() for enode in enodes}
+    found: dict[int, int] = {}
+    for node in nodes:
+        c = None
+        if node.op in OP_NAMES and all(id(src) in found for src in node.srcs):
+            c = index.get(enode_of(node, tuple(found[id(src)] for src in node.srcs)))
+        product = node.srcs[0] if node.op == Op.SUM else None
+        if c is None and product is not None and product.op == Op.MUL:   # its expands need not be in the e-graph
+            operands = [src.srcs[0] if src.op == Op.EXPAND else src for src in product.srcs]
+            if all(id(operand) in found for operand in operands):
+                c = index.get(ENode("MatMul", tuple(found[id(operand)] for operand in operands),
+                                    (tuple(product.shape), node.arg)))
+        if c is not None:
+            found[id(node)] = c
+    return found
+
+
 def _build_node(classes: EClasses, c: int, enode: ENode, srcs: list[Node], graph: Graph) -> Node:
     """node_of, with a refusal turned into an ExtractionError that says where in the e-graph it came from."""
     if enode.op in UNBUILT_PATTERNS:

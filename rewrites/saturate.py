@@ -97,6 +97,8 @@ class SaturationReport:
     #               e-graph is the graph's as loaded, every call after the load is marked discarded)
     stage_stops: tuple[tuple[str, str], ...] = ()   # (stage, why it stopped: the above or "growth_limit")
     matches: tuple[tuple[str, int], ...] = ()       # (rule name, matches over the whole saturation)
+    first_fired: tuple[str, ...] = ()               # the rules that matched, in the order they first did (by egglog
+                                                    # call; within one call, in the order of the rules given)
 
     def per_stage(self) -> list[tuple[str, int, int, float]]:
         """(stage, iterations, e-nodes at its end, seconds) for the load and every stage that ran."""
@@ -172,7 +174,8 @@ def _derive(egraph: EGraph, rules: Sequence[Rule], classes: EClasses, matches: C
     for rule in rules:
         if rule.derive is not None:
             found = rule.derive(classes)
-            matches[rule.name] += len(found)
+            if found:
+                matches[rule.name] += len(found)
             merges += [union(lhs).with_(rhs) for lhs, rhs in found]
     if merges:
         egraph.register(*merges)
@@ -199,7 +202,7 @@ def saturate(graph: Graph, rules: Sequence[Rule] = RULES, iterations: int = DEFA
     egraph, roots = _load(graph)
     load, classes = _stage(egraph, roots, 0, time.perf_counter() - start, "load")
     reports = [load]
-    matches: Counter[str] = Counter()
+    matches: Counter[str] = Counter()   # in insertion order: the order rules first matched (`first_fired`)
     stage_stops: list[tuple[str, str]] = []
     stopped = "saturated"
     for stage in stages:
@@ -221,7 +224,8 @@ def saturate(graph: Graph, rules: Sequence[Rule] = RULES, iterations: int = DEFA
             break
         if why == "iterations":
             stopped = "iterations"
-    report = SaturationReport(tuple(reports), stopped, tuple(stage_stops), tuple(sorted(matches.items())))
+    report = SaturationReport(tuple(reports), stopped, tuple(stage_stops), tuple(sorted(matches.items())),
+                              tuple(name for name, count in matches.items() if count))
     return Saturated(egraph, roots, graph, report)
 
 
@@ -258,9 +262,13 @@ def _run_stage(egraph: EGraph, roots: dict[str, TExpr], stage: Stage, rules: tup
             egraph.pop()
             reports.append(dataclasses.replace(report, discarded=True))
             return ("node_limit" if report.enodes > node_limit else "growth_limit"), classes
+        counts: Counter[str] = Counter()
         for key, count in run_report.num_matches_per_rule.items():
             if key in names:
-                matches[names[key]] += count
+                counts[names[key]] += count
+        for rule in rules:   # the rules given's order, so that the first-fired order is deterministic
+            if counts[rule.name]:
+                matches[rule.name] += counts[rule.name]
         reports.append(report)
         classes = after
         done += k
