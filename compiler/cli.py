@@ -14,6 +14,7 @@ from tensorsmith.bench.command import add_arguments as add_bench_arguments
 from tensorsmith.bench.command import run_bench
 from tensorsmith.ir.errors import InputError, OutputError, TensorsmithError
 from tensorsmith.ir.targets import TARGETS
+from tensorsmith.rewrites.derivation import chain_text
 from tensorsmith.rewrites.saturate import EGGLOG_LOGGER
 
 from .progress import Progress
@@ -301,7 +302,7 @@ def format_table(doc: dict) -> str:
     if fired:
         footer.append("rewrites that fired while saturating: "
                       + ", ".join(f"{name} x{count}" for name, count in sorted(fired, key=lambda r: -r[1])))
-    footer += _form_lines(report.get("forms", []))
+    footer += _form_lines(report.get("forms", []), len(fired))
     footer += _layer_lines(report.get("layers") or {})
     if report.get("from_cache"):
         footer.append("(from the cache)")
@@ -327,9 +328,10 @@ def _layer_lines(layers: dict) -> list[str]:
     return lines
 
 
-def _form_lines(forms: list[dict]) -> list[str]:
+def _form_lines(forms: list[dict], fired: int) -> list[str]:
     """The algebraic forms the search chose among (the e-graph's choices), the winner marked, where there were
-    several or the winner is not the graph as written."""
+    several or the winner is not the graph as written; then the rewrites the winner depends on, in order, of the
+    `fired` rules that fired."""
     if not forms or (len(forms) == 1 and forms[0].get("as_written")):
         return []
     def us(value: float | None) -> str:
@@ -340,6 +342,11 @@ def _form_lines(forms: list[dict]) -> list[str]:
         written = " (the graph as written)" if form.get("as_written") and form["change"] != "as written" else ""
         lines.append(f"  {mark}  {form['change']}{written}: {us(form.get('predicted_us'))} / "
                      f"{us(form.get('measured_us'))}")
+    derivation = next((form["derivation"] for form in forms if form.get("won") and form.get("derivation")), None)
+    if derivation is not None:
+        chain = chain_text(derivation["rules"], derivation["stopped"], derivation["seconds"])
+        share = f" ({len(derivation['rules'])} of the {fired} rules that fired)" if derivation["rules"] else ""
+        lines.append(f"rewrites the winner depends on, in order from the graph as written: {chain}{share}")
     return lines
 
 

@@ -44,8 +44,8 @@ from .executor import InProcess, InWorker, Profiler
 from .compiled import CompiledKernel
 from .program import Program
 from .progress import default_progress
-from .stages import (Calibration, Compilation, CompileOptions, Context, Cubins, Forms, Layered, Profiled, Rendered,
-                     Saturation, Searched, Verified)
+from .stages import (Calibration, Compilation, CompileOptions, Context, Cubins, Derived, Forms, Layered, Profiled,
+                     Rendered, Saturation, Searched, Verified)
 
 VERSION = "0.1.0"
 log = logging.getLogger("tensorsmith")
@@ -131,6 +131,22 @@ def _search_whole(context: Context, calibration: Calibration, forms: Forms, gpu:
         result = _search_chosen(context, target, forms, measure)
     chosen = forms.forms[result.form].graph if forms.forms else forms.chosen
     return Searched(result, replace(forms, chosen=chosen), calibration, left_out=gave_up)
+
+
+def derive(context: Context, searched: Searched) -> Derived:
+    """The rewrites the chosen form depends on, in order from the graph as written (rewrites/derivation.py), where the
+    search chose a form other than the one written; bounded by derivation.SECONDS, its e-graphs freed on this
+    thread."""
+    forms, result = searched.forms, searched.result
+    saturation = forms.saturation
+    if saturation is None or result.form == 0 or not forms.forms or (
+            search.canonical_hash(forms.chosen) == search.canonical_hash(forms.forms[0].graph)):
+        return Derived(None)
+    fired = [name for name, count in saturation.matches if count]
+    try:
+        return Derived(rewrites.derivation(context.graph, forms.chosen, fired))
+    finally:
+        gc.collect()
 
 
 LAYER_STAGES = ("saturate", "extract", "search", "verify")   # what each distinct piece of a layered model goes through
@@ -484,6 +500,7 @@ class Stages(NamedTuple):
     saturate: Stage[Saturation]
     extract: Stage[Forms]
     search: Stage[Searched]
+    derive: Stage[Derived]
     verify: Stage[Verified]
     render: Stage[Rendered]
     nvrtc: Stage[Cubins]
@@ -495,6 +512,7 @@ STAGES = Stages(
     Stage("saturate", saturate),         # grow the e-graph, bounded
     Stage("extract", extract),           # the program forms the search chooses among
     Stage("search", search_stage),       # kernel boundaries, archetypes and schedules: beam search and MCTS
+    Stage("derive", derive),             # the rewrites the chosen form depends on, where it is not the written one
     Stage("verify", verify),             # exact (prime field) and random tests of the kernel program
     Stage("render", render),             # Jinja -> CUDA C
     Stage("nvrtc", nvrtc),               # CUDA C -> cubin
@@ -576,11 +594,12 @@ def run_stages(context: Context) -> Compilation:
     layered = _run(context, STAGES.layers, context)
     forms = _extracted(context, layered)
     searched = _run(context, STAGES.search, context, layered, forms)
+    derived = _run(context, STAGES.derive, context, searched)
     verified = _run(context, STAGES.verify, context, searched)
     rendered = _run(context, STAGES.render, searched.program, searched.target)
     cubins = _run(context, STAGES.nvrtc, rendered, searched.target)
     profiled = _run(context, STAGES.profile, context, searched, rendered, cubins)
-    return Compilation(context, layered, forms, searched, verified, rendered, cubins, profiled)
+    return Compilation(context, layered, forms, searched, derived, verified, rendered, cubins, profiled)
 
 
 def _extracted(context: Context, layered: Layered) -> Forms:
@@ -654,12 +673,14 @@ def _assembled(graph: Graph, target: Target, seed: int, program: KernelProgram, 
 
 def _forms(c: Compilation) -> list[dict[str, Any]]:
     """The algebraic forms searched: how each differs from the first (the graph as written, tidied), whether it won,
-    and its best candidate's predicted and measured time."""
+    its best candidate's predicted and measured time, and the winner's derivation where it has one."""
     result = c.searched.result
     best = result.form_best
+    derivation = c.derived.derivation
     return [{"change": form.change or WRITTEN, "as_written": i == 0,
              "estimate_us": form.seconds * 1e6 if form.seconds is not None else None,
-             "won": result.form == i, **(best[i] if i < len(best) else {})}
+             "won": result.form == i, **(best[i] if i < len(best) else {}),
+             **({"derivation": asdict(derivation)} if derivation is not None and result.form == i else {})}
             for i, form in enumerate(c.searched.forms.forms)]
 
 

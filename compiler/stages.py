@@ -106,6 +106,14 @@ class Searched:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """derive's result: the rewrites the chosen form depends on, in order from the graph as written (None where the
+    form as written won, rewrites were off, or the model was compiled layer by layer)."""
+
+    derivation: rewrites.Derivation | None
+
+
+@dataclass(frozen=True)
 class Verified:
     """verify's result: the exact check's and the random tests' verdicts on the searched program."""
 
@@ -148,6 +156,7 @@ class Compilation:
     layered: Layered
     forms: Forms                       # extraction's
     searched: Searched
+    derived: Derived
     verified: Verified
     rendered: Rendered
     cubins: Cubins

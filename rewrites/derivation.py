@@ -48,7 +48,10 @@ def derivation(written: Graph, chosen: Graph, fired: Sequence[str], seconds: flo
     def done(rules: Sequence[Rule], stopped: Stopped) -> Derivation:
         return Derivation(tuple(rule.name for rule in rules), stopped, trials, time.perf_counter() - began)
 
-    if not _derives(written, chosen, kept, end):
+    first = _derives(written, chosen, kept, end)
+    if first is None:
+        return done(kept, "time_limit")
+    if not first:
         return done((), "not_derived")
     size = max(len(kept) // 2, 1)
     while size >= 1:
@@ -58,22 +61,27 @@ def derivation(written: Graph, chosen: Graph, fired: Sequence[str], seconds: flo
                 return done(kept, "time_limit")
             fewer = kept[:start] + kept[start + size:]
             trials += 1
-            if _derives(written, chosen, fewer, end):
+            derives = _derives(written, chosen, fewer, end)
+            if derives is None:
+                return done(kept, "time_limit")
+            if derives:
                 kept = fewer
             else:
                 start += size
         size //= 2
     if time.perf_counter() >= end:
-        return done(kept, "minimal")   # each is needed; the order is the rules' own
+        return done(kept, "minimal")   # each is needed; in the rules' own order (their stages')
     trials += 1
     return done(_replayed(written, kept, end), "minimal")
 
 
-def _derives(written: Graph, chosen: Graph, rules: Sequence[Rule], end: float) -> bool:
-    """Whether `rules`, saturating `written`, grow an e-graph that holds `chosen` in the e-classes of its outputs (a
-    saturation cut short by the time left or by a conflict derives nothing)."""
+def _derives(written: Graph, chosen: Graph, rules: Sequence[Rule], end: float) -> bool | None:
+    """Whether `rules`, saturating `written`, grow an e-graph that holds `chosen` in the e-classes of its outputs
+    (None: the saturation was cut short by the time left; one that stopped on a conflict derives nothing)."""
     saturated = saturate(written, rules, time_limit_s=max(end - time.perf_counter(), 0.0))
-    if saturated.report.stopped in ("time_limit", "conflict"):
+    if saturated.report.stopped == "time_limit":
+        return None
+    if saturated.report.stopped == "conflict":
         return False
     classes = read_eclasses(saturated.egraph, saturated.roots)
     held = held_classes(classes, chosen.nodes())
@@ -81,9 +89,19 @@ def _derives(written: Graph, chosen: Graph, rules: Sequence[Rule], end: float) -
 
 
 def _replayed(written: Graph, rules: Sequence[Rule], end: float) -> list[Rule]:
-    """`rules` in the order they first match as the written graph alone is saturated with them, one iteration a
-    call; those that match only on the chosen form's side (its contractions recognised) after, in their own order."""
+    """`rules` in the order they first match as the written graph is saturated with them alone, one iteration a call
+    (any that did not match, the replay cut short, after, in their own order)."""
     fired = saturate(written, rules, iterations_per_run=1,
                      time_limit_s=max(end - time.perf_counter(), 0.0)).report.first_fired
     place = {name: k for k, name in enumerate(fired)}
     return sorted(rules, key=lambda rule: place.get(rule.name, len(place)))
+
+
+def chain_text(rules: Sequence[str], stopped: str, seconds: float) -> str:
+    """A derivation as one line for people: its rules in order, and how their search ended where that is not plain."""
+    if stopped == "not_derived":
+        return "not found (the rules that fired did not derive the form again within the limits)"
+    chain = " -> ".join(rules) if rules else "none (the form is the graph as written, tidied)"
+    if stopped == "time_limit":
+        chain += f" (cut short after {seconds:.1f} s: some of these may not be needed)"
+    return chain

@@ -8,6 +8,7 @@ from typing import Any
 
 from tensorsmith.ir.errors import TensorsmithError
 from tensorsmith.ir.files import write_atomic
+from tensorsmith.rewrites.derivation import chain_text
 
 from .plot import depth_svg
 from .profile import Profile
@@ -120,17 +121,19 @@ def form_lines(rows: list[Row]) -> list[str]:
         won = next((f for f in row.forms if f.get("won")), None)
         if won is None or won.get("as_written"):
             continue
-        change = won.get("change", "")
+        change = f"`{won.get('change', '')}`"
+        if (derivation := won.get("derivation")):
+            change += f" by {chain_text(derivation['rules'], derivation['stopped'], derivation['seconds'])}"
         ours = row.kernels.ms
         theirs = row.written.ms if row.written is not None and row.written.failure is None else None
         faster = f"{theirs / ours:.2f}x" if ours and theirs else "-"
         shown = us(theirs) if theirs else (row.written.failure or "-") if row.written is not None else "-"
-        lines.append(f"| {row.case} | `{change}` | {us(ours)} | {shown} | {faster} |")
+        lines.append(f"| {row.case} | {change} | {us(ours)} | {shown} | {faster} |")
     if not lines:
         return []
     return ["Cases whose winning algebraic form is not the written one (the rewrite is the e-graph's choice, written ->"
-            " chosen; *written*: the graph compiled with rewrites off, the same budget; GPU time of the kernels, timed"
-            " in turns with the columns above):", "",
+            " chosen, by the rules it depends on, in order; *written*: the graph compiled with rewrites off, the same"
+            " budget; GPU time of the kernels, timed in turns with the columns above):", "",
             "| case | rewrite | kernels | written | x written |", "| --- | --- | --- | --- | --- |", *lines, ""]
 
 

@@ -123,6 +123,7 @@ def test_inspect_prints_the_saved_table(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["inspect", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "softmax_y" in printed and "row_reduce" in printed
+    assert "rewrites the winner depends on" not in printed     # the form as written won: nothing to derive
 
 
 LAYERS_MODEL = """
@@ -221,6 +222,30 @@ def test_inspect_names_the_rewrites_that_fired(tmp_path: Path, capsys: pytest.Ca
     assert main(["compile", str(ROOT / "examples" / "layernorm.py"), "-o", str(out), "--no-profile", "-q"]) == 0
     assert main(["inspect", str(out)]) == 0
     assert "rewrites that fired while saturating: " in capsys.readouterr().out
+
+
+CHAIN_MODEL = """
+import tensorsmith as ts
+
+g = ts.Graph("chain_left_first")
+a, b, c = (g.input(name, shape, "float16") for name, shape in [("a", (4096, 64)), ("b", (64, 4096)), ("c", (4096, 64))])
+g.output("y", (a @ b) @ c)
+"""
+
+
+def test_inspect_shows_the_rewrites_the_winning_form_depends_on_in_order(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """(a @ b) @ c wins as a @ (b @ c): inspect names the contraction recognised and then reassociated, not the
+    commutativity or the reverse reassociation that fired too, and program.json's report holds the chain."""
+    model, out = _write_model(tmp_path, CHAIN_MODEL), tmp_path / "out"
+    assert main(["compile", str(model), "-o", str(out), "--no-profile", "-q", "--budget", "5"]) == 0
+    assert main(["inspect", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert ("rewrites the winner depends on, in order from the graph as written: matmul -> matmul_assoc (2 of the 4"
+            " rules that fired)") in printed
+    won = next(form for form in json.loads((out / "program.json").read_text())["report"]["forms"] if form["won"])
+    assert won["change"] == "((a @ b) @ c) -> (a @ (b @ c))"
+    assert won["derivation"]["rules"] == ["matmul", "matmul_assoc"] and won["derivation"]["stopped"] == "minimal"
 
 
 # ---- -o never destroys what tensorsmith did not write (issue 18, item 1) ------------------------------------

@@ -35,7 +35,8 @@ def _results() -> dict[str, type]:
 
 def test_every_stage_returns_a_frozen_record_of_its_own_and_reads_only_typed_inputs() -> None:
     results = _results()
-    assert list(results) == ["layers", "saturate", "extract", "search", "verify", "render", "nvrtc", "profile"]
+    assert list(results) == ["layers", "saturate", "extract", "search", "derive", "verify", "render", "nvrtc",
+                             "profile"]
     for name, result in results.items():
         assert isinstance(result, type) and dataclasses.is_dataclass(result), (name, result)
         assert result.__dataclass_params__.frozen and result.__module__ == stages.__name__, (name, result)
