@@ -4,7 +4,8 @@ written, in the order they first apply (issue 19: the discovery shown, not every
 A set of rules derives a form where saturating the written graph with those rules alone grows an e-graph that holds
 the form in the e-classes of its outputs (`eclasses.held_classes`: the form could be extracted from it; a MatMul
 counts as the contraction extraction builds it as). From every rule that fired, rules are dropped while the form stays
-derived: halves, then quarters, down to one rule at a time (delta debugging; fewer rules derive less, so a rule whose
+derived: first a stage's rules at once (reassociation's, which grow the e-graph most, then the algebra's), then
+halves, quarters, down to one rule at a time (delta debugging; fewer rules derive less, so a rule whose
 dropping once lost the form is needed by every smaller set, and each rule left is needed). What is left is ordered
 by a replay: the written graph saturated with those rules alone, one iteration a call, each rule where it first
 matched. Each trial is one bounded saturation and all of them share `SECONDS`; a search cut short says so, and its
@@ -22,6 +23,7 @@ from .eclasses import held_classes, read_eclasses
 from .rules import RULES, Rule
 from .saturate import saturate
 
+STAGES_FIRST_DROPPED = ("reassociate", "algebra")   # tried first: the stages that grow the e-graph most
 SECONDS = 2.0   # the most a derivation's trials take together (one saturation may run past it: it is not interrupted)
 Stopped = Literal["minimal", "time_limit", "not_derived"]
 
@@ -53,6 +55,17 @@ def derivation(written: Graph, chosen: Graph, fired: Sequence[str], seconds: flo
         return done(kept, "time_limit")
     if not first:
         return done((), "not_derived")
+    for stage in STAGES_FIRST_DROPPED:   # a stage's rules at once: without reassociation, every later trial is cheap
+        if time.perf_counter() >= end:
+            return done(kept, "time_limit")
+        fewer = [rule for rule in kept if rule.stage != stage]
+        if len(fewer) < len(kept):
+            trials += 1
+            derives = _derives(written, chosen, fewer, end)
+            if derives is None:
+                return done(kept, "time_limit")
+            if derives:
+                kept = fewer
     size = max(len(kept) // 2, 1)
     while size >= 1:
         start = 0
