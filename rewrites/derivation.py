@@ -50,31 +50,32 @@ def derivation(written: Graph, chosen: Graph, fired: Sequence[str], seconds: flo
     def done(rules: Sequence[Rule], stopped: Stopped) -> Derivation:
         return Derivation(tuple(rule.name for rule in rules), stopped, trials, time.perf_counter() - began)
 
+    def still_derives(fewer: list[Rule]) -> bool | None:
+        """Whether `fewer` still derive the form (None: no time left to tell)."""
+        nonlocal trials
+        if time.perf_counter() >= end:
+            return None
+        trials += 1
+        return _derives(written, chosen, fewer, end)
+
     first = _derives(written, chosen, kept, end)
     if first is None:
         return done(kept, "time_limit")
     if not first:
         return done((), "not_derived")
     for stage in STAGES_FIRST_DROPPED:   # a stage's rules at once: without reassociation, every later trial is cheap
-        if time.perf_counter() >= end:
-            return done(kept, "time_limit")
         fewer = [rule for rule in kept if rule.stage != stage]
-        if len(fewer) < len(kept):
-            trials += 1
-            derives = _derives(written, chosen, fewer, end)
-            if derives is None:
-                return done(kept, "time_limit")
-            if derives:
-                kept = fewer
+        derives = still_derives(fewer) if len(fewer) < len(kept) else False
+        if derives is None:
+            return done(kept, "time_limit")
+        if derives:
+            kept = fewer
     size = max(len(kept) // 2, 1)
     while size >= 1:
         start = 0
         while start < len(kept):
-            if time.perf_counter() >= end:
-                return done(kept, "time_limit")
             fewer = kept[:start] + kept[start + size:]
-            trials += 1
-            derives = _derives(written, chosen, fewer, end)
+            derives = still_derives(fewer)
             if derives is None:
                 return done(kept, "time_limit")
             if derives:
