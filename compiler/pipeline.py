@@ -70,7 +70,7 @@ def extract(context: Context, saturation: Saturation) -> Forms:
     saturated = saturation.saturated
     if saturated is None:          # rewrites off, or a layered model
         return Forms([search.Form(context.graph, None, WRITTEN)], context.graph)
-    forms = search.extract_forms(saturated, context.target)   # the first: the graph as written, tidied
+    forms = search.extract_forms(saturated, context.target, seed=context.options.seed)   # the first: as written, tidied
     return Forms(forms, forms[0].graph, saturated.report)
 
 

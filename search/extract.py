@@ -9,11 +9,19 @@ tie-breaking VIEW_S. So a contraction is priced as a MatMul (built as the primit
 and codegen recognise) rather than as a broadcast product, and of two orders of a chain the one with fewer FLOPs
 is the cheapest.
 
-That estimate cannot see fusion, memory traffic or the prologue that a matmul with a computed operand runs on
-mma.sync; the search's cost model and the GPU can. So `extract_forms` returns the written form, the cheapest by
-the estimate (where it differs in a contraction or a reduction), and the programs one e-class choice away from either (one other e-node in one e-class, where the
-choice moves work across a contraction or a reduction, ordered by how much the estimate grows), distinct, at
-most `MAX_FORMS` in all: the search prices each form's kernels and chooses among them (search/engine.py). A graph
+A program is priced as a DAG (search/dag.py): each e-class it uses once, its arithmetic plus its output's bytes
+written once and read by each consumer at the target's memory bandwidth, so a product two consumers share is paid
+once (a tree cost, counting it per use, would compute smaller products apart instead); a contraction the written
+form holds as its broadcast product is priced as the MatMul it runs as (`as_matmuls`).
+
+That estimate cannot see fusion, schedules or the prologue that a matmul with a computed operand runs on
+mma.sync; the search's cost model and the GPU can. So `extract_forms` returns the written form, the cheapest by the
+DAG price (local search from the tree-cheapest and the written choices), the cheapest by arithmetic as a tree, each
+where it differs in a contraction or a reduction; then programs one e-class choice away from the DAG-cheapest, the
+tree-cheapest or the written (where the choice moves work across a contraction or a reduction, the estimate's
+least growth first) and SAMPLES drawn at random around the DAG-cheapest (seeded, weighted by price): distinct in
+their hash and in the contractions and reductions they run, at most `MAX_FORMS` in all, the forms after the first
+cheapest first. The search prices each form's kernels and chooses among them (search/engine.py). A graph
 whose extraction fails raises `ExtractionError` (rewrites/eclasses.py); there is no fallback to the input graph,
 which would hide an unsound rule. (Where saturation itself caught a rule merging two shapes, its report says
 "conflict" and its e-graph is already the input graph's.)
@@ -24,6 +32,7 @@ import dataclasses
 import functools
 import hashlib
 import math
+import random
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -38,6 +47,7 @@ from tensorsmith.rewrites.saturate import Saturated
 from tensorsmith.rewrites.term import LEAVES, VIEWS
 
 from .cost import TRANSCENDENTAL_FLOPS
+from .dag import DagPrice, class_of, dag_cheapest, sample, tree_prices
 
 VIEW_S = 1e-15            # a view or a leaf: free, but fewer of them is the tidier program
 TRANSCENDENTAL = frozenset(name for name, op in OPS.items() if op in UNARY)   # the special-function unit's ops
@@ -50,16 +60,16 @@ TIDY_COSTS: dict[str, float] = {**{op: 0.1 for op in LEAVES | VIEWS}, "Sum": 2.0
                                 "OnlineSoftmax": math.inf}
 WRITTEN_DISCOUNT = 0.01   # of an e-node the user wrote, in the tidy extraction: of two terms with as many ops (a
                           # product reassociated, a scale moved), the one written; far less than any op a rule saves
-MAX_FORMS = 4             # programs the search is given: the written form and up to three more
+MAX_FORMS = 5             # programs the search is given: the written form and up to four more
 MAX_ALTERNATIVES = 64     # one-choice alternatives built (and deduplicated) to find them
 FORMS_SECONDS = 2.0       # at most this long spent building alternatives
 
 
 @dataclass(frozen=True)
 class Form:
-    """One program of the e-graph: its graph, its estimate (seconds of arithmetic on the target, each shared term
-    once; None where it was not extracted), and how it differs from the form it was derived from ("" for the
-    first, the graph as written)."""
+    """One program of the e-graph: its graph, its estimate (seconds of arithmetic and memory traffic on the target,
+    each shared term once: `dag.DagPrice`; None where it was not extracted), and how it differs from the form it was
+    derived from ("" for the first, the graph as written)."""
 
     graph: Graph
     seconds: float | None
@@ -85,6 +95,23 @@ def term_cost(classes: EClasses, target: Target) -> Callable[[ENode], float]:
     return cost
 
 
+def as_matmuls(classes: EClasses, choice: dict[int, ENode]) -> dict[int, ENode]:
+    """`choice` with each contraction chosen as its broadcast product, sum(expand(a) * expand(b)), chosen as the
+    MatMul e-node of its e-class over the same operands: one program, priced as partition and codegen run it (a
+    matmul on the tensor cores, its product never stored), not as an elementwise product and a reduction."""
+    priced = dict(choice)
+    for c, enode in choice.items():
+        product = choice.get(enode.children[0]) if enode.op == "Sum" else None
+        if product is None or product.op != "Mul" or not all(choice[k].op == "Expand" for k in product.children):
+            continue
+        operands = sorted(choice[k].children[0] for k in product.children)
+        matmul = next((e for e in classes.nodes[c] if e.op == "MatMul" and e.lits[1:] == enode.lits
+                       and sorted(e.children) == operands), None)
+        if matmul is not None:
+            priced[c] = matmul
+    return priced
+
+
 def extract(saturated: Saturated, target: Target | str = "sm90") -> Graph:
     """The graph as written, tidied, out of the saturated e-graph: a new Graph with the original's inputs and
     outputs (the first of `extract_forms`)."""
@@ -92,18 +119,23 @@ def extract(saturated: Saturated, target: Target | str = "sm90") -> Graph:
 
 
 def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms: int = MAX_FORMS,
-                  seconds: float = FORMS_SECONDS) -> list[Form]:
-    """Distinct programs of the e-graph (`Form`): first the program as written, tidied (`TIDY_COSTS`), then the
-    cheapest by its arithmetic at its shapes where it differs in a contraction or a reduction, then those one
-    e-class choice away from either (each moving work across a contraction or a reduction), cheapest first."""
+                  seconds: float = FORMS_SECONDS, seed: int = 0) -> list[Form]:
+    """Distinct programs of the e-graph (`Form`): first the program as written, tidied (`TIDY_COSTS`); then, where
+    they differ from it in a contraction or a reduction, the cheapest by the DAG price (search/dag.py: arithmetic and
+    bytes moved, each shared term once) and the cheapest by arithmetic as a tree (each use counted); then those one
+    e-class choice away from either or from the written (the estimate's least growth first), and up to `SAMPLES`
+    choices drawn at random around the DAG-cheapest (seeded by `seed`); the forms after the first ordered by their
+    DAG price."""
     target = get_target(target) if isinstance(target, str) else target
+    end = time.monotonic() + seconds
     classes = read_eclasses(saturated.egraph, saturated.roots)
     cost = term_cost(classes, target)
+    price = DagPrice(classes, cost, target)
+    owner = class_of(classes)
     written = written_enodes(classes, saturated.graph)
     tidy = cheapest(classes, lambda enode: TIDY_COSTS.get(enode.op, 1.0) * (1 - WRITTEN_DISCOUNT * (enode in written)))
-    priced = cheapest(classes, cost)
     forms: list[Form] = []
-    seen: set[str] = set()
+    seen: set[object] = set()      # the forms' hashes and their work (`_work`)
     mates = originals_by_class(classes, saturated.graph)
 
     def add(choice: dict[int, ENode], change: Callable[[], str]) -> None:
@@ -119,27 +151,70 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
             if not forms:
                 raise
             return
-        key = canonical_hash(graph)
-        if key not in seen:
-            seen.add(key)
-            forms.append(Form(graph, dag_seconds(classes, choice, cost), change()))
+        priced = as_matmuls(classes, choice)
+        key, work = canonical_hash(graph), _work(classes, priced)
+        if key not in seen and work not in seen:
+            seen.update((key, work) if forms else (key,))   # the first's work unseen: its tidy form may differ
+            forms.append(Form(graph, price.seconds(priced), change()))
 
     add(tidy, lambda: "")
     if max_forms == 1:
         return forms
-    if _moves_work(classes, tidy, priced):   # a pointwise difference would give the same kernels
-        add(priced, lambda: _difference(classes, tidy, priced))
-    end = time.monotonic() + seconds
-    options = sorted(((growth, c, enode, k) for k, base in enumerate((priced, tidy))
+    tree = cheapest(classes, cost)
+    best = dag_cheapest(classes, [cheapest(classes, lambda enode: price.written_seconds(owner[enode], enode)), tree,
+                                  tidy], price, end)
+    if _moves_work(classes, tidy, best):   # a pointwise difference would give the same kernels
+        add(best, functools.partial(_difference, classes, tidy, best))
+    if _moves_work(classes, tidy, tree) and _moves_work(classes, best, tree):
+        add(tree, functools.partial(_difference, classes, tidy, tree))
+    bases = (best, tree, tidy)
+    options = sorted(((growth, c, enode, k) for k, base in enumerate(bases)
                       for growth, c, enode in _alternatives(classes, base, cost)[:MAX_ALTERNATIVES]),
                      key=lambda item: (item[0], item[1], item[2].op, item[3]))
+    sampled = 0
     for _, c, enode, k in options:
-        base = (priced, tidy)[k]
-        if len(forms) >= max_forms or time.monotonic() > end:
+        if len(forms) >= max_forms - SAMPLES or time.monotonic() > end:
             break
+        base = bases[k]
         choice = {**base, c: enode}
         add(choice, functools.partial(_change, classes, base, choice, c))
-    return forms[:max_forms]
+    rng = random.Random(seed)
+    tree_of_best = tree_prices(classes, best, price)
+    for _ in range(SAMPLE_DRAWS):
+        if len(forms) >= max_forms or sampled >= SAMPLES or time.monotonic() > end:
+            break
+        drawn = sample(classes, best, price, rng, moves_across, tree_of_best)
+        if _moves_work(classes, best, drawn):
+            count = len(forms)
+            add(drawn, functools.partial(_difference, classes, best, drawn))
+            sampled += len(forms) - count
+    for _, c, enode, k in options:      # the slots samples left
+        if len(forms) >= max_forms or time.monotonic() > end:
+            break
+        base = bases[k]
+        choice = {**base, c: enode}
+        add(choice, functools.partial(_change, classes, base, choice, c))
+    ranked = forms[:1] + sorted(forms[1:], key=lambda form: form.seconds if form.seconds is not None else math.inf)
+    return ranked[:max_forms]
+
+
+SAMPLES = 1          # of the forms: at most this many drawn at random around the DAG-cheapest (`dag.sample`)
+SAMPLE_DRAWS = 8     # draws tried to find them (a draw may repeat a form or change nothing that moves work)
+
+
+def moves_across(chosen: ENode, other: ENode) -> bool:
+    """Whether choosing `other` instead of `chosen` in an e-class may change kernels: another e-node, not the same
+    operation reordered, where either is a contraction or a reduction (a pointwise choice fuses alike)."""
+    return (other != chosen and not (other.op == chosen.op and other.lits == chosen.lits
+                                     and sorted(other.children) == sorted(chosen.children))
+            and bool({other.op, chosen.op} & REDUCING))
+
+
+def _work(classes: EClasses, choice: dict[int, ENode]) -> frozenset[tuple[object, ...]]:
+    """The contractions and reductions a choice's program runs, by e-class (operands in either order): two choices
+    with the same differ only in pointwise terms, which fusion makes the same kernels, so the search is given one."""
+    return frozenset((c, choice[c].op, choice[c].lits, tuple(sorted(choice[c].children)))
+                     for c in _reachable(classes, choice) if choice[c].op in REDUCING)
 
 
 def _moves_work(classes: EClasses, before: dict[int, ENode], after: dict[int, ENode]) -> bool:
@@ -190,11 +265,6 @@ def canonical_hash(graph: Graph) -> str:
         digests[id(node)] = hashlib.sha256(text.encode()).hexdigest()
     return hashlib.sha256(repr(sorted((name, digests[id(node)]) for name, node in graph.outputs.items()))
                           .encode()).hexdigest()
-
-
-def dag_seconds(classes: EClasses, choice: dict[int, ENode], cost: Callable[[ENode], float]) -> float:
-    """The cost of the program `choice` gives, each e-class it uses counted once."""
-    return sum(cost(choice[c]) for c in _reachable(classes, choice))
 
 
 def _reachable(classes: EClasses, choice: dict[int, ENode]) -> list[int]:

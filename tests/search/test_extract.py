@@ -165,7 +165,9 @@ def test_a_rewritten_node_keeps_the_line_of_the_value_it_computes() -> None:
     source = path.read_text().splitlines()
     mlp = next(i for i, text in enumerate(source, 1) if "nn.gelu(" in text)
     projections = next(i for i, text in enumerate(source, 1) if "q, k, v =" in text)
-    forms = extract_forms(saturate(module.build()))
+    # the DAG-cheapest form moves the Q projection's scale too, but its change names its first difference, the MLP's:
+    # the form named by its Q projection's move is a one-choice alternative, found among eight forms
+    forms = extract_forms(saturate(module.build()), max_forms=8)
     up = [n for n in forms[0].graph.nodes() if n.op == Op.SUM and n.shape == (module.TOKENS, module.FFN)]
     assert up and all(n.where == f"{path}:{mlp}" for n in up), [n.where for n in up]
     moved = next(form for form in forms[1:] if "wq" in form.change)
