@@ -62,7 +62,7 @@ WRITTEN_DISCOUNT = 0.01   # of an e-node the user wrote, in the tidy extraction:
                           # product reassociated, a scale moved), the one written; far less than any op a rule saves
 MAX_FORMS = 5             # programs the search is given: the written form and up to four more
 MAX_ALTERNATIVES = 64     # one-choice alternatives built (and deduplicated) to find them
-FORMS_SECONDS = 2.0       # at most this long spent building alternatives
+FORMS_SECONDS = 2.0       # at most this long spent in the DAG's local search, and as long building alternatives
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,6 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
     choices drawn at random around the DAG-cheapest (seeded by `seed`); the forms after the first ordered by their
     DAG price."""
     target = get_target(target) if isinstance(target, str) else target
-    end = time.monotonic() + seconds
     classes = read_eclasses(saturated.egraph, saturated.roots)
     cost = term_cost(classes, target)
     price = DagPrice(classes, cost, target)
@@ -161,8 +160,9 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
     if max_forms == 1:
         return forms
     tree = cheapest(classes, cost)
-    best = dag_cheapest(classes, [cheapest(classes, lambda enode: price.written_seconds(owner[enode], enode)), tree,
-                                  tidy], price, end)
+    starts = [cheapest(classes, lambda enode: price.written_seconds(owner[enode], enode)), tree, tidy]
+    best = dag_cheapest(classes, starts, price, time.monotonic() + seconds)
+    end = time.monotonic() + seconds     # the alternatives' own time, however long the DAG's search took
     if _moves_work(classes, tidy, best):   # a pointwise difference would give the same kernels
         add(best, functools.partial(_difference, classes, tidy, best))
     if _moves_work(classes, tidy, tree) and _moves_work(classes, best, tree):

@@ -159,8 +159,8 @@ def test_a_compile_prunes_a_form_from_an_unsound_rule(monkeypatch: pytest.Monkey
     written = graph_of(lambda x, s, w: (x * s) @ w, shapes, "scaled")
     planted = graph_of(lambda x, s, w: (x.transpose(0, 1) * s) @ w, shapes, "scaled")
     real = search.extract_forms
-    monkeypatch.setattr(search, "extract_forms", lambda saturated, target: [*real(saturated, target),
-                                                                            search.Form(planted, 0.0, "unsound")])
+    monkeypatch.setattr(search, "extract_forms", lambda saturated, target, **options: [
+        *real(saturated, target, **options), search.Form(planted, 0.0, "unsound")])
     program = ts.compile(written, "sm90", budget_s=10, cache=False, progress=False, profile=False)
     assert program.report["search"]["pruned_expression_z3"] == 1
     assert program.report["forms"][-1]["change"] == "unsound" and not program.report["forms"][-1]["won"]
