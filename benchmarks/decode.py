@@ -9,7 +9,7 @@ Both loops are timed by wall clock over `--new` tokens after the prefill, each r
 first tokens of both are compared (float16 noise may part them later). Needs a GPU, but for `--tiny` (a narrow
 model, a smoke test of the script that runs on the CPU too, where transformers compiles nothing):
 
-    python benchmarks/decode.py [--layers 16] [--prompt 32] [--new 64] [--cache 2048] [--budget 20]
+    python benchmarks/decode.py [--layers 16] [--prompt 32] [--new 64] [--cache 2048] [--budget 20] [--kernels 12]
     python benchmarks/decode.py --tiny --layers 2 --new 8 --cache 64 --budget 3 [--device cpu]
 """
 from __future__ import annotations
@@ -56,7 +56,8 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def ours(model: torch.nn.Module, prompt: torch.Tensor, new: int, length: int, budget: float) -> tuple[list, float]:
+def ours(model: torch.nn.Module, prompt: torch.Tensor, new: int, length: int, budget: float,
+         slowest: int = 0) -> tuple[list, float]:
     """Our tokens and seconds per decoded token (the prefill untimed), after compiling both programs."""
     step, n, device = Step(model), prompt.shape[1], prompt.device.type
     began = time.perf_counter()
@@ -77,14 +78,15 @@ def ours(model: torch.nn.Module, prompt: torch.Tensor, new: int, length: int, bu
         synchronize(device)
         runs.append((time.perf_counter() - start) / (new - 1))
     if device == "cuda":
-        step_alone(decode, tokens[-1], n, length, model.config, new)
+        step_alone(decode, tokens[-1], n, length, model.config, new, slowest)
     return torch.cat(tokens, dim=1)[0].tolist(), min(runs)
 
 
 def step_alone(decode: ImportedProgram, token: torch.Tensor, n: int, length: int,
-               config: transformers.LlamaConfig, calls: int) -> None:
+               config: transformers.LlamaConfig, calls: int, slowest: int = 0) -> None:
     """Where a decoded token's time goes: the decode program's calls back to back (no argmax, no new tensors) by
-    wall clock, against the sum of its kernels' times as the compile measured them (each alone, L2 flushed)."""
+    wall clock, against the sum of its kernels' times as the compile measured them (each alone, L2 flushed); the
+    `slowest` kernels listed."""
     cache, position = static_cache(config, length, "cuda"), torch.tensor([n], device="cuda")
     decode(token, position, cache)
     torch.cuda.synchronize()
@@ -103,6 +105,10 @@ def step_alone(decode: ImportedProgram, token: torch.Tensor, n: int, length: int
         by_archetype.setdefault(kernel.archetype, []).append(kernel.measured_ms or 0.0)
     print("  by archetype: " + ", ".join(f"{name} {len(times)} kernels {sum(times):.3f} ms"
                                          for name, times in sorted(by_archetype.items(), key=lambda i: -sum(i[1]))))
+    for kernel in sorted(decode.program.kernels, key=lambda k: -(k.measured_ms or 0.0))[:slowest]:
+        how = next((line for line in kernel.source.splitlines() if line.startswith("// archetype:")), "")
+        print(f"  {kernel.measured_ms or 0.0:7.4f} ms  {kernel.name}  {kernel.schedule}  grid {kernel.grid}\n"
+              f"      {how[:240]}")
 
 
 def theirs(model: torch.nn.Module, prompt: torch.Tensor, new: int, length: int) -> tuple[list, float]:
@@ -138,6 +144,7 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=20.0, help="tensorsmith's search budget per program")
     parser.add_argument("--tiny", action="store_true", help="a narrow model: a smoke test of this script")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--kernels", type=int, default=0, help="list this many of the decode step's slowest kernels")
     args = parser.parse_args()
     torch.manual_seed(0)
     with torch.device(args.device):
@@ -145,7 +152,7 @@ def main() -> None:
     model.generation_config.eos_token_id = None          # every run makes --new tokens
     prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), device=args.device)
     with torch.no_grad():
-        our_tokens, our_s = ours(model, prompt, args.new, args.cache, args.budget)
+        our_tokens, our_s = ours(model, prompt, args.new, args.cache, args.budget, args.kernels)
         their_tokens, their_s = theirs(model, prompt, args.new, args.cache)
     same = next((i for i, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b), len(our_tokens))
     print(f"{'':28s} {'ms/token':>9s} {'tokens/s':>9s}")
