@@ -93,11 +93,13 @@ def step_alone(decode: ImportedProgram, token: torch.Tensor, n: int, length: int
     start = time.perf_counter()
     for _ in range(calls):
         decode(token, position, cache)
+    issued_s = (time.perf_counter() - start) / calls   # the host's time a call, where it does not wait for the GPU
     torch.cuda.synchronize()
     call_s = (time.perf_counter() - start) / calls
     measured = [k.measured_ms for k in decode.program.kernels if k.measured_ms is not None]
     kernels = f"{sum(measured):.3f} ms" if len(measured) == len(decode.program.kernels) else "unmeasured"
-    print(f"tensorsmith decode step alone: {call_s * 1e3:.3f} ms a call; its {len(decode.program.kernels)} kernels "
+    print(f"tensorsmith decode step alone: {call_s * 1e3:.3f} ms a call ({issued_s * 1e3:.3f} ms of it to issue the "
+          f"call, as the host saw it); its {len(decode.program.kernels)} kernels "
           f"{kernels} (each alone, L2 flushed); CUDA graphs made over all its calls: "
           f"{decode.program.gpu_state['device_caller'].graphs_made}")
     by_archetype: dict[str, list[float]] = {}
@@ -161,6 +163,21 @@ def main() -> None:
     print(f"{theirs_label:28s} {their_s * 1e3:9.3f} {1 / their_s:9.1f}")
     print(f"ratio (ours / theirs in tokens/s): {their_s / our_s:.2f}x; the first {same} of {len(our_tokens)} tokens "
           f"agree")
+    if same < len(our_tokens):
+        with torch.no_grad():
+            parting(model, prompt, our_tokens, their_tokens, same)
+
+
+def parting(model: torch.nn.Module, prompt: torch.Tensor, ours: list, theirs: list, step: int) -> None:
+    """Where the two loops part: the model's own logits (eager, no cache, in float32) after the tokens both chose,
+    for the two tokens they chose there. Within float16 noise the two are near equal; a wide gap is a wrong step."""
+    ids = torch.cat([prompt, torch.tensor([ours[:step]], device=prompt.device, dtype=prompt.dtype)], dim=1)
+    logits = model.float()(input_ids=ids).logits[0, -1]
+    model.half()
+    top = logits.topk(2)
+    print(f"the loops part at token {step}: eager float32 logits give ours ({ours[step]}) {logits[ours[step]]:.4f} and "
+          f"theirs ({theirs[step]}) {logits[theirs[step]]:.4f}; the top two {top.values[0]:.4f}, "
+          f"{top.values[1]:.4f} (spread of all logits {logits.std():.4f})")
 
 
 if __name__ == "__main__":

@@ -589,8 +589,8 @@ class PointWrite:
 @lru_cache(maxsize=4096)
 def match_point_write(outputs: tuple[tuple[str, Node], ...]) -> PointWrite | None:
     """The one axis and position every output's kept blend writes at, where all of them are such blends; else None."""
-    found: set[tuple[int, int, Index]] = set()
-    positions: dict[int, Node] = {}
+    found: set[tuple[int, tuple, Index]] = set()
+    positions: dict[tuple, Node] = {}
     for _, node in outputs:
         kept = match_kept(node)
         if kept is None:
@@ -599,12 +599,25 @@ def match_point_write(outputs: tuple[tuple[str, Node], ...]) -> PointWrite | Non
         if point is None:
             return None
         axis, position, at = point
-        found.add((axis, id(position), at))
-        positions[id(position)] = position
+        key = _computed_as(position)   # a K and a V write joined in one kernel compute their positions alike
+        found.add((axis, key, at))
+        positions.setdefault(key, position)
     if len(found) != 1:
         return None
     ((axis, key, at),) = found
     return PointWrite(axis, positions[key], at)
+
+
+@lru_cache(maxsize=4096)
+def _computed_as(node: Node) -> tuple:
+    """How `node` is computed, from its leaves: equal for nodes that compute the same value the same way."""
+    index: dict[int, int] = {}
+    rows = []
+    for i, each in enumerate(toposort([node])):
+        index[id(each)] = i
+        rows.append((each.op.value, repr(each.arg), each.shape, each.dtype.value,
+                     tuple(index[id(src)] for src in each.srcs)))
+    return tuple(rows)
 
 
 def _point_of(condition: Node) -> tuple[int, Node, Index] | None:

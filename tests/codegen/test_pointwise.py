@@ -10,7 +10,7 @@ import tensorsmith as ts
 from pointwise_cases import POINTWISE_CASES
 from tensorsmith.codegen.nvrtc import compile_many
 from tensorsmith.codegen.render import render_kernel, render_program
-from tensorsmith.ir.kernel_program import KernelProgram, Schedule
+from tensorsmith.ir.kernel_program import KernelProgram, Schedule, merged_pointwise
 from tensorsmith.ir.targets import get_target
 from tensorsmith.search.cost import kernel_cost
 from tensorsmith.search.partition import partition
@@ -200,6 +200,24 @@ def test_a_cache_written_at_one_position_launches_over_that_slice_in_place(vec: 
     masked = partition(_cache_write(length=length, masked=True))
     (other,) = [k for k in with_vec(masked, vec, block=128).kernels if k.writes == ("written",)]
     assert point.dram_bytes < 4 * 64 * 2 * 3 + 64 < kernel_cost(other, with_vec(masked, vec, 128), target).dram_bytes
+
+
+def test_a_key_and_a_value_cache_written_in_one_kernel_share_the_slice_launch() -> None:
+    """A decode step's K and V writes joined into one kernel (merged_pointwise, as a stitched model joins them) each
+    compute their position alike: one point write, its threads over the slice, the position read once."""
+    g = ts.Graph("two_caches")
+    at = g.input("at", (1,), "int32")
+    for name in ("k", "v"):
+        cache = g.input(f"{name}_cache", (8, 2048, 64), "float16")
+        g.output(f"{name}_written", ts.nn.put(cache, at, g.input(name, (8, 1, 64), "float16"), axis=1, wrap=True))
+    program = with_vec(partition(g), 1, block=128)
+    joined = dataclasses.replace(program, kernels=merged_pointwise(list(program.kernels)))
+    (kernel,) = joined.kernels
+    assert set(kernel.writes) == {"k_written", "v_written"}
+    rendered = render_kernel(joined, 0)
+    assert rendered.grid[0] == 256 and body(rendered.source).count("const idx_t at = ") == 1
+    (cubin,) = compile_many([(rendered.source, rendered.name)], arch="sm_90")
+    assert cubin[:4] == ELF_MAGIC
 
 
 def test_a_cache_read_by_another_kernel_or_through_a_view_is_not_written_in_place() -> None:
