@@ -42,13 +42,13 @@ def pointwise_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[st
                                           "strategy": "one thread per output element" + _KEPT_NOTE * bool(kept)}
     coords = [(f"o{axis}", expr) for axis, expr in enumerate(delinearize("base", shape))]
     probe = Emitter(shapes)      # a first pass finds what the body reads; the second loads it
-    _emit_pointwise_vector(probe, kernel, [name for name, _ in coords], vec)
+    _emit_pointwise_vector(probe, kernel.outputs, [name for name, _ in coords], vec)
     emitter = Emitter(shapes)
     kept = _kept(kernel)
     if kept:
         _return_if_unchanged(emitter, kept, [name for name, _ in coords], vec)
     loaded = _pointwise_vector_loads(emitter, probe.accesses, [name for name, _ in coords], vec)
-    _emit_pointwise_vector(emitter, kernel, [name for name, _ in coords], vec)
+    _emit_pointwise_vector(emitter, kernel.outputs, [name for name, _ in coords], vec)
     broadcast = list(dict.fromkeys(node.arg for node, index in probe.accesses
                                    if not any(LAST_AXIS_INDEX.search(part) for part in index)))
     scalar = [name for name in dict.fromkeys(node.arg for node, index in probe.accesses
@@ -125,35 +125,46 @@ def _pointwise_vector_loads(emitter: Emitter, accesses: list[tuple[Node, tuple[s
 
 def _point_write_body(kernel: Kernel, shapes: dict, shape: tuple[int, ...], point: PointWrite,
                       schedule: Schedule) -> tuple[str, dict]:
-    """Threads over one slice of the outputs, written at the position read at run time where every output is its
-    kept buffer's memory (a KV cache written in place); elsewhere (outputs of their own) the launch's threads, at
-    least COPY_BLOCKS blocks of them, stride over every element as a plain pointwise kernel computes them."""
+    """Threads over one slice of the outputs, each output's value stored at the position read at run time where
+    every output is its kept buffer's memory (a KV cache written in place: there the condition holds, so neither it
+    nor the kept element is read); elsewhere (outputs of their own) the launch's threads, at least COPY_BLOCKS
+    blocks of them, stride over every element as a plain pointwise kernel computes them. A slice along the last axis
+    takes one element a thread, whatever VEC the copy takes."""
     block, vec = schedule["block"], schedule.as_dict().get("vec", 1)
-    if vec > 1 and point.axis == len(shape) - 1:
-        raise ValueError(f"vec={vec} along the axis {kernel.writes[0]} is written at one position of")
     launched = launched_shape(kernel, shape)
     numel, whole = math.prod(launched), math.prod(shape)
     blocks = pointwise_blocks(kernel, shape, block, vec)
-    first = "i" if vec == 1 else "base"
+    per_thread = _slice_vec(point, shape, vec)
     emitter = Emitter(shapes)
-    same = " && ".join(_same_memory(name, match) for name, match in _kept(kernel).items())
+    kept = _kept(kernel)
+    same = " && ".join(_same_memory(name, match) for name, match in kept.items())
     emitter.open_scope(f"if (!({same}))")
-    emitter.open_scope(f"for (idx_t e = {first}; e < {whole}; e += (idx_t){blocks * block * vec})")
-    _emit_elements(emitter, kernel, shape, delinearize("e", shape), "e", vec)
+    emitter.open_scope(f"for (long long e = {'i' if vec == 1 else 'base'}; e < {whole}LL; "
+                       f"e += {blocks * block * vec}LL)")
+    _emit_elements(emitter, kernel.outputs, shape, delinearize("e", shape), "e", vec)
     emitter.close_scope()
     emitter.line("return;")
     emitter.close_scope()
+    first = "i" if per_thread == 1 else "base"
     emitter.line(f"if ({first} >= {numel}) return;   // past the slice")
     emitter.line(f"const idx_t at = {emitter.value(point.position, point.at)};")
     emitter.line(f"if (at < 0 || at >= {shape[point.axis]}) return;   // no element written: each keeps its value")
     slice_index = delinearize(first, launched)
     index = tuple("at" if axis == point.axis else part for axis, part in enumerate(slice_index))
-    _emit_elements(emitter, kernel, shape, index, linear_index(index, shape), vec)
+    values = tuple((name, kept[name].value if kept[name].value.dtype == node.dtype else node)
+                   for name, node in kernel.outputs)
+    _emit_elements(emitter, values, shape, index, linear_index(index, shape), per_thread)
     how = (f"threads over one position along axis {point.axis}, read at run time, where each output is written in"
            f" place over its kept input; else over every element (grid-stride)"
            + (f"; {vec} consecutive elements of the last axis a thread" if vec > 1 else ""))
     return "\n".join(emitter.lines), {"numel": blocks * block * vec, "vec": vec, "block": (block, 1, 1),
                                       "coords": [], "grid": (blocks, 1, 1), "strategy": how}
+
+
+def _slice_vec(point: PointWrite, shape: tuple[int, ...], vec: int) -> int:
+    """Elements a thread writes of a point write's slice: VEC, but one where the slice is one element wide along the
+    last axis (the position's own)."""
+    return 1 if point.axis == len(shape) - 1 else vec
 
 
 COPY_BLOCKS = 256   # a point write's blocks at least, where its outputs are not written in place (one wave)
@@ -162,9 +173,12 @@ COPY_BLOCKS = 256   # a point write's blocks at least, where its outputs are not
 def pointwise_blocks(kernel: Kernel, shape: tuple[int, ...], block: int, vec: int) -> int:
     """The blocks a pointwise kernel launches: one thread per VEC elements it writes in place (of a point write, its
     slice; but COPY_BLOCKS at least, which stride over every element where the outputs are their own)."""
+    point = match_point_write(kernel.outputs)
+    if point is None:
+        return ceil_div(max(1, math.prod(shape)) // vec, block)
     numel, whole = math.prod(launched_shape(kernel, shape)), max(1, math.prod(shape))
-    blocks = ceil_div(max(1, numel) // vec, block)
-    return blocks if numel == whole else max(blocks, min(ceil_div(whole // vec, block), COPY_BLOCKS))
+    return max(ceil_div(numel // _slice_vec(point, shape, vec), block),
+               min(ceil_div(whole // vec, block), COPY_BLOCKS))
 
 
 def launched_shape(kernel: Kernel, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -174,39 +188,40 @@ def launched_shape(kernel: Kernel, shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape if point is None else shape[:point.axis] + (1,) + shape[point.axis + 1:]
 
 
-def _emit_elements(emitter: Emitter, kernel: Kernel, shape: tuple[int, ...], index: tuple[str, ...], offset: str,
-                   vec: int) -> None:
-    """Every output at `index` (its first element's row-major `offset`), or at VEC elements from it along the last
-    axis, in a scope of its own."""
+def _emit_elements(emitter: Emitter, outputs: tuple[tuple[str, Node], ...], shape: tuple[int, ...],
+                   index: tuple[str, ...], offset: str, vec: int) -> None:
+    """Each output's node at `index` (its first element's row-major `offset`), or at VEC elements from it along the
+    last axis, stored, in a scope of its own."""
     emitter.open_scope("")
     names = tuple(f"c{axis}" for axis in range(len(shape)))
     for name, part in zip(names, index):
         emitter.line(f"const idx_t {name} = {part};")
     if vec == 1:
-        for name, node in kernel.outputs:
+        for name, node in outputs:
             emitter.store(name, node.dtype, names, emitter.value(node, names))
     else:
         emitter.line(f"const idx_t base_{emitter.indent} = {offset};")
         probe = Emitter(emitter.buffer_shapes)
-        _emit_pointwise_vector(probe, kernel, list(names), vec)
+        _emit_pointwise_vector(probe, outputs, list(names), vec)
         _pointwise_vector_loads(emitter, probe.accesses, list(names), vec)
-        _emit_pointwise_vector(emitter, kernel, list(names), vec, base=f"base_{emitter.indent}")
+        _emit_pointwise_vector(emitter, outputs, list(names), vec, base=f"base_{emitter.indent}")
         emitter.preloaded = {}
     emitter.close_scope()
 
 
-def _emit_pointwise_vector(emitter: Emitter, kernel: Kernel, coords: list[str], vec: int, base: str = "base") -> None:
+def _emit_pointwise_vector(emitter: Emitter, outputs: tuple[tuple[str, Node], ...], coords: list[str], vec: int,
+                           base: str = "base") -> None:
     """Each output's VEC values into registers (invariants of the loop computed once before it), then stored."""
     index = (*coords[:-1], "k")
-    for name, node in kernel.outputs:
+    for name, node in outputs:
         emitter.line(f"{COMPUTE_TYPE[node.dtype]} r_{name}_out[{vec}];")
     emitter.begin_invariants(("k",))
     emitter.line("#pragma unroll")
     emitter.open_scope(f"for (int v = 0; v < {vec}; ++v)")
     emitter.line(f"const idx_t k = {coords[-1]} + v;")
-    for name, node in kernel.outputs:
+    for name, node in outputs:
         emitter.line(f"r_{name}_out[v] = {emitter.value(node, index)};")
     emitter.close_scope()
     emitter.end_invariants()
-    for name, _ in kernel.outputs:      # outputs are contiguous and of the kernel's shape: the thread's offset is base
+    for name, _ in outputs:      # outputs are contiguous and of the kernel's shape: the thread's offset is base
         emitter.line(f"store_vec<{vec}>(g_{name} + {base}, r_{name}_out);")

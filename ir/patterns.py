@@ -540,10 +540,12 @@ def _mask_form(node: Node, index: Index) -> tuple[float, Affine] | None:
 class KeptMatch:
     """`node` is where(`condition`, value, `kept`) as `where` writes it (value * pick + kept * (1 - pick), pick the
     bool condition cast), `kept` an INPUT of the node's shape read at the node's own index: the element is the
-    buffer's own wherever the condition is false (a KV cache written at a few positions)."""
+    buffer's own wherever the condition is false (a KV cache written at a few positions); `value` is what it is
+    where the condition holds."""
 
     condition: Node
     kept: Node
+    value: Node
 
 
 def match_kept(node: Node) -> KeptMatch | None:
@@ -556,7 +558,8 @@ def match_kept(node: Node) -> KeptMatch | None:
                 continue
             for kept, rest in (other.srcs, other.srcs[::-1]):
                 if kept.op == Op.INPUT and kept.shape == node.shape and _one_minus(rest, pick):
-                    return KeptMatch(pick.srcs[0], kept)
+                    value = chosen.srcs[1] if chosen.srcs[0] is pick else chosen.srcs[0]
+                    return KeptMatch(pick.srcs[0], kept, value)
     return None
 
 

@@ -202,9 +202,28 @@ def test_a_cache_written_at_one_position_launches_over_that_slice_in_place(vec: 
     assert point.dram_bytes < 4 * 64 * 2 * 3 + 64 < kernel_cost(other, with_vec(masked, vec, 128), target).dram_bytes
 
 
+@pytest.mark.parametrize("vec", [1, 8])
+def test_a_history_written_along_its_last_axis_is_a_point_write_at_any_vec(vec: int) -> None:
+    """A tensor written at one position of its last axis (a token history, a cache laid out keys-last): the slice
+    takes one element a thread whatever VEC the copy path takes (a regression raised for vec > 1), and stores the
+    value alone, reading neither the condition nor the kept element there."""
+    g = ts.Graph("history")
+    history, at = g.input("history", (4, 64, 2048), "float16"), g.input("at", (1,), "int32")
+    g.output("written", ts.nn.put(history, at, g.input("token", (4, 64, 1), "float16"), axis=2, wrap=True))
+    program = with_vec(partition(g), vec, block=128)
+    kernel = render_kernel(program, 0)
+    code = body(kernel.source)
+    assert kernel.grid[0] == 256
+    in_place = code[code.index("const idx_t at = "):]
+    assert "g_history" not in in_place and "g_at" not in in_place
+    (cubin,) = compile_many([(kernel.source, kernel.name)], arch="sm_90")
+    assert cubin[:4] == ELF_MAGIC
+
+
 def test_a_key_and_a_value_cache_written_in_one_kernel_share_the_slice_launch() -> None:
     """A decode step's K and V writes joined into one kernel (merged_pointwise, as a stitched model joins them) each
-    compute their position alike: one point write, its threads over the slice, the position read once."""
+    compute their position alike: one point write, its threads over the slice, the position read once (each output
+    stores its value there: neither condition is evaluated again)."""
     g = ts.Graph("two_caches")
     at = g.input("at", (1,), "int32")
     for name in ("k", "v"):
@@ -215,7 +234,9 @@ def test_a_key_and_a_value_cache_written_in_one_kernel_share_the_slice_launch() 
     (kernel,) = joined.kernels
     assert set(kernel.writes) == {"k_written", "v_written"}
     rendered = render_kernel(joined, 0)
-    assert rendered.grid[0] == 256 and body(rendered.source).count("const idx_t at = ") == 1
+    code = body(rendered.source)
+    in_place = code[code.index("const idx_t at = "):]
+    assert rendered.grid[0] == 256 and code.count("const idx_t at = ") == 1 and "g_at" not in in_place
     (cubin,) = compile_many([(rendered.source, rendered.name)], arch="sm_90")
     assert cubin[:4] == ELF_MAGIC
 

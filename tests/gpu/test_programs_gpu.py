@@ -122,15 +122,16 @@ def test_a_torch_view_at_an_odd_offset_is_copied_before_16_byte_loads_read_it() 
 
 
 
-@pytest.mark.parametrize("position", [0, 13, -1])
-def test_a_cache_written_in_place_keeps_every_other_element_and_feeds_its_readers(position: int) -> None:
+@pytest.mark.parametrize("position, length", [(0, 16), (13, 16), (-1, 16), (1500, 2048)])
+def test_a_cache_written_in_place_keeps_every_other_element_and_feeds_its_readers(position: int, length: int) -> None:
     """A KV cache written at one position with out= its own tensor (the program says it may be): the position's
     values land in the caller's tensor, every other element is left as it was (the kernel touches only that slice),
     and the kernel reading the written cache sees the new values; written out of place (an output of its own) every
-    element is the reference's; an output that may not be written over its input is refused."""
+    element is the reference's (at 2048 positions, the copy's threads stride over the cache several times); an
+    output that may not be written over its input is refused."""
     torch = pytest.importorskip("torch")
     g = ts.Graph("cache_write")
-    cache = g.input("cache", (4, 16, 64), "float16")
+    cache = g.input("cache", (4, length, 64), "float16")
     at, values = g.input("at", (1,), "int32"), g.input("values", (4, 1, 64), "float16")
     written = ts.nn.put(cache, at, values, axis=1, wrap=True)   # -1: the last position, as index_copy takes it
     g.output("written", written)
@@ -148,7 +149,7 @@ def test_a_cache_written_in_place_keeps_every_other_element_and_feeds_its_reader
     torch.cuda.synchronize()
     assert outputs["written"].data_ptr() == on_gpu["cache"].data_ptr()
     assert torch.equal(on_gpu["cache"][:, position], on_gpu["values"][:, 0])
-    others = [p for p in range(16) if p != position % 16]
+    others = [p for p in range(length) if p != position % length]
     assert torch.equal(on_gpu["cache"][:, others], before[:, others])
     np.testing.assert_allclose(outputs["total"].cpu().numpy(), expected["total"], rtol=1e-3, atol=1e-2)
     with pytest.raises(ts.InputError, match="overlaps"):
