@@ -91,8 +91,7 @@ def sum_sum() -> tuple[Claim, ...]:
         holds=lambda rows, cols: rows_total(rows, cols) == columns_total(rows, cols),
         starts=lambda cols: [rows_total(0, cols) == 0],
         steps=lambda rows, cols: [rows_total(rows + 1, cols) == rows_total(rows, cols) + row(rows, cols)],
-        given=lambda rows, cols: [columns_total(0, cols) == 0,
-                                  columns_total(rows + 1, cols) == columns_total(rows, cols) + row(rows, cols)],
+        lemmas=((no_rows, lambda rows, cols: (cols,)), (one_more_row, lambda rows, cols: (cols, rows))),
         others=1)
     return _claims(no_rows, one_more_row, main)
 
@@ -123,6 +122,6 @@ def contraction_assoc() -> tuple[Claim, ...]:
         holds=lambda cols, k: left(cols, k) == right(cols, k),
         starts=lambda k: [left(0, k) == 0],
         steps=lambda cols, k: [left(cols + 1, k) == left(cols, k) + ab(cols, k) * c(cols)],
-        given=lambda cols, k: [right(0, k) == 0, right(cols + 1, k) == right(cols, k) + c(cols) * ab(cols, k)],
+        lemmas=((no_columns, lambda cols, k: (k,)), (one_more_column, lambda cols, k: (k, cols))),
         others=1)
     return _claims(no_columns, one_more_column, main)

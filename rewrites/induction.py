@@ -10,8 +10,9 @@ no induction itself; that base and step give every n is the argument here, and t
 premises hold with every one of them at SOME_LARGE_LENGTH, so that no bound hides in them).
 
 A law with two lengths (a double sum) is proved by induction on one of them with the other free, using lemmas
-that are themselves proved by induction on the other (`Induction.given`): a lemma is proved for every
-interpretation of the functions, so it may be assumed of any instance of them.
+that are themselves proved by induction on the other (`Induction.lemmas`: each a lemma's Induction and where to
+instantiate it): a lemma is proved for every interpretation of the functions, so its statement may be assumed of
+any instance of them. What is assumed is the lemma's own `holds`, so an assumption no claim proves cannot slip in.
 """
 from __future__ import annotations
 
@@ -27,24 +28,25 @@ Facts = Callable[..., list[z3.BoolRef]]
 SOME_LARGE_LENGTH = 10 ** 6                  # a step's premises must hold at a length this large
 
 
-def _none(*_: z3.ArithRef) -> list[z3.BoolRef]:
-    return []
-
-
 @dataclass(frozen=True)
 class Induction:
     """P(n, *others) for every n >= 0 (and every other length >= 0), by induction on n.
 
     `holds(n, *others)` is P; `starts(*others)` the folds' values at length 0 (S(0) = 0); `steps(n, *others)` the
-    folds' recurrences at n (S(n + 1) = S(n) + term(n)); `given(n, *others)` lemmas proved by other inductions,
-    instantiated where the step needs them. `others` is how many other lengths stay free."""
+    folds' recurrences at n (S(n + 1) = S(n) + term(n)); `lemmas` other inductions, each with the arguments of its
+    `holds` as a function of (n, *others): their statements assumed where the step needs them (their own claims are
+    proved alongside). `others` is how many other lengths stay free."""
 
     note: str
     holds: Formula
     starts: Facts
     steps: Facts
-    given: Facts = _none
+    lemmas: tuple[tuple["Induction", Callable[..., tuple]], ...] = ()
     others: int = 0
+
+    def given(self, *v: z3.ArithRef) -> list[z3.BoolRef]:
+        """The lemmas' statements, instantiated at (n, *others) = v."""
+        return [lemma.holds(*at(*v)) for lemma, at in self.lemmas]
 
     def claims(self) -> tuple[Claim, Claim]:
         """The base case and the step, as claims over integer lengths (the reals live in the functions)."""

@@ -2,8 +2,8 @@
 
 The term language states positivity only of what it can see: a positive finite constant (its bits, as
 max_mul_positive does) and an exp2 (positive in the real model). The other factor may be anything: where it is not
-positive both sides are nan (negative, or nan) or -inf (zero) alike, which the IEEE claim of log2_scaled shows
-and the numeric check, on inputs of both signs, checks for both rules.
+positive both sides are nan (negative, or nan) or -inf (zero) alike: the IEEE claim of log2_scaled proves it for
+that rule; for log2_exp2_product only the numeric check, on inputs of both signs, shows it (no IEEE claim).
 
 - log2_exp2: log2(exp2(x)) -> x. Real model: exp2 overflows to inf for x >= 128 in float32 (and underflows to 0
   below -149), where log2 gives inf or -inf back instead of x.

@@ -160,7 +160,8 @@ def test_a_symbolic_proof_has_no_bound_on_its_lengths(name: str) -> None:
 
 
 def test_a_wrong_law_fails_its_induction_step() -> None:
-    """sum(x * c) = sum(x) is refuted at the step, and the double sum's main step is not proved without its lemmas."""
+    """sum(x * c) = sum(x) is refuted at the step, and the double sum's main step is not proved without its lemmas;
+    a lemma is assumed as its own statement, which its own claims must prove (a circular one is refuted)."""
     x, sum_x, sum_xc = (reals_of_index(f"wrong_{name}") for name in ("x", "sum_x", "sum_xc"))
     c = z3.Real("wrong_c")
     wrong = Induction("sum(x * c) = sum(x)", holds=lambda n: sum_xc(n) == sum_x(n),
@@ -177,6 +178,12 @@ def test_a_wrong_law_fails_its_induction_step() -> None:
         starts=lambda cols: [rows_total(0, cols) == 0],
         steps=lambda rows, cols: [rows_total(rows + 1, cols) == rows_total(rows, cols) + row(rows, cols)], others=1)
     assert all(check(claim)[0] != Verdict.PROVED for claim in without_lemmas.claims())
+    circular = Induction(   # the goal stated as a lemma: a step assuming it proves anything, but it is no lemma
+        "circular", holds=lambda m, r: columns_total(r + 1, m) == rows_total(r + 1, m),
+        starts=lambda r: [], steps=lambda m, r: [], others=1)
+    leaning = dataclasses.replace(without_lemmas, lemmas=((circular, lambda rows, cols: (cols, rows)),))
+    assert check(leaning.claims()[1])[0] == Verdict.PROVED      # the step alone would pass on it ...
+    assert not all(check(claim)[0] == Verdict.PROVED for claim in circular.claims())   # ... its lemma is refuted
 
 
 # numbers -----------------------------------------------------------------------------------------
