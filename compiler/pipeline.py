@@ -135,16 +135,17 @@ def _search_whole(context: Context, calibration: Calibration, forms: Forms, gpu:
 
 def derive(context: Context, searched: Searched) -> Derived:
     """The rewrites the chosen form depends on, in order from the graph as written (rewrites/derivation.py), where the
-    search chose a form other than the one written; bounded by derivation.SECONDS, its e-graphs freed on this
-    thread."""
+    search chose a form other than the one written; bounded by DERIVATION_SECONDS and what is left of the budget (a
+    derivation cut short says so), its e-graphs freed on this thread."""
     forms, result = searched.forms, searched.result
     saturation = forms.saturation
     if saturation is None or result.form == 0 or not forms.forms or (
             search.canonical_hash(forms.chosen) == search.canonical_hash(forms.forms[0].graph)):
         return Derived(None)
     fired = [name for name, count in saturation.matches if count]
+    seconds = min(rewrites.DERIVATION_SECONDS, max(0.0, context.deadline - time.monotonic()))   # within the budget
     try:
-        return Derived(rewrites.derivation(context.graph, forms.chosen, fired))
+        return Derived(rewrites.derivation(context.graph, forms.chosen, fired, seconds))
     finally:
         gc.collect()
 
