@@ -33,6 +33,7 @@ class OnnxImportError(ModelImportError):
 
 
 MIN_OPSET = 13
+NORM_EPSILON = 1e-5   # the normalisations' epsilon where a node leaves it out (ONNX's default for each of them)
 DTYPES = {1: DType.FLOAT32, 10: DType.FLOAT16, 16: DType.BFLOAT16, 6: DType.INT32, 7: DType.INT32, 9: DType.BOOL}
 # ONNX elem types: 1 float, 10 float16, 16 bfloat16, 6 int32, 7 int64 (held as int32), 9 bool
 NUMPY_DTYPES = {np.dtype(np.float32): DType.FLOAT32, np.dtype(np.float16): DType.FLOAT16,
@@ -116,7 +117,7 @@ def _with_batch_norms_folded(proto: Any, values: dict[str, Any]) -> list[tuple[i
         weight = values[conv.input[1]]
         bias = values[conv.input[2]] if len(conv.input) > 2 and conv.input[2] else None
         gamma, beta, mean, var = (values[name] for name in norm.input[1:5])
-        eps = next((a.f for a in norm.attribute if a.name == "epsilon"), 1e-5)
+        eps = next((a.f for a in norm.attribute if a.name == "epsilon"), NORM_EPSILON)
         new_weight, new_bias = folded_weight_and_bias(weight, bias, gamma, beta, mean, var, eps)
         names = [_unused(f"{conv.input[1]}_folded", values), _unused(f"{norm.input[2]}_folded", values)]
         values[names[0]], values[names[1]] = new_weight.astype(weight.dtype), new_bias.astype(weight.dtype)
@@ -414,7 +415,7 @@ def _layer_norm(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
         raise OnnxImportError(f"LayerNormalization node {context.node.name!r}: only the last axis is supported")
     weight = context.tensor(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else None
     bias = context.tensor(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
-    return nn.layer_norm(x, weight, bias, attrs.get("epsilon", 1e-5))
+    return nn.layer_norm(x, weight, bias, attrs.get("epsilon", NORM_EPSILON))
 
 
 def _pads(context: _Context, attrs: dict, dims: int) -> list[tuple[int, int]]:
@@ -469,13 +470,13 @@ def _average_pool(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
 
 def _batch_norm(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     x, weight, bias, mean, var = (context.tensor(value) for value in inputs[:5])
-    return nn.batch_norm(x, mean, var, weight, bias, attrs.get("epsilon", 1e-5))
+    return nn.batch_norm(x, mean, var, weight, bias, attrs.get("epsilon", NORM_EPSILON))
 
 
 def _rms_norm(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:
     x = context.tensor(inputs[0])
     weight = context.tensor(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else None
-    return nn.rms_norm(x, weight, attrs.get("epsilon", 1e-5))
+    return nn.rms_norm(x, weight, attrs.get("epsilon", NORM_EPSILON))
 
 
 def _pow(context: _Context, inputs: list[Any], attrs: dict) -> Tensor:

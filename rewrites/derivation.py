@@ -2,7 +2,7 @@
 written, in the order they first apply (issue 19: the discovery shown, not every rule that fired).
 
 A set of rules derives a form where saturating the written graph with those rules alone grows an e-graph that holds
-the form in the e-classes of its outputs (`eclasses.held_classes`: the form could be extracted from it; a MatMul
+the form in the e-classes of its outputs (`eclasses.classes_of` with contractions: the form could be extracted from it; a MatMul
 counts as the contraction extraction builds it as). From every rule that fired, rules are dropped while the form stays
 derived: first a stage's rules at once (reassociation's, which grow the e-graph most, then the algebra's), then
 halves, quarters, down to one rule at a time (delta debugging; fewer rules derive less, so a rule whose
@@ -19,7 +19,7 @@ from typing import Literal, Sequence
 
 from tensorsmith.ir.graph import Graph
 
-from .eclasses import held_classes, read_eclasses
+from .eclasses import classes_of, read_eclasses
 from .rules import RULES, Rule
 from .saturate import saturate
 
@@ -98,7 +98,7 @@ def _derives(written: Graph, chosen: Graph, rules: Sequence[Rule], end: float) -
     if saturated.report.stopped == "conflict":
         return False
     classes = read_eclasses(saturated.egraph, saturated.roots)
-    held = held_classes(classes, chosen.nodes())
+    held = classes_of(classes, chosen.nodes(), contractions=True)
     return all(held.get(id(node)) == classes.roots[name] for name, node in chosen.outputs.items())
 
 

@@ -258,30 +258,24 @@ def enode_of(node: Node, children: tuple[int, ...]) -> ENode:
     return ENode(OP_NAMES[op], children, lits)
 
 
-def classes_of(classes: EClasses, nodes: list[Node]) -> dict[int, int]:
+def enode_classes(classes: EClasses) -> dict[ENode, int]:
+    """The e-class of each e-node (an e-graph holds each e-node in one e-class)."""
+    return {enode: c for c, enodes in classes.nodes.items() for enode in enodes}
+
+
+def classes_of(classes: EClasses, nodes: list[Node], contractions: bool = False) -> dict[int, int]:
     """The e-class of each of `nodes` (by id; in topological order) that the e-graph still holds as it was added:
-    where an e-node was dropped, that node and those built on it have none."""
-    index = {enode: c for c, enodes in classes.nodes.items() for enode in enodes}
-    found: dict[int, int] = {}
-    for node in nodes:
-        if node.op in OP_NAMES and all(id(src) in found for src in node.srcs):
-            c = index.get(enode_of(node, tuple(found[id(src)] for src in node.srcs)))
-            if c is not None:
-                found[id(node)] = c
-    return found
-
-
-def held_classes(classes: EClasses, nodes: list[Node]) -> dict[int, int]:
-    """The e-class of each of `nodes` (by id; in topological order) that the e-graph holds, as `node_of` builds
-    it: a contraction sum(expand(a, s) * expand(b, s), axis) also where the e-graph holds MatMul(a, b, s, axis)."""
-    index = {enode: c for c, enodes in classes.nodes.items() for enode in enodes}
+    where an e-node was dropped, that node and those built on it have none. With `contractions`, a contraction
+    sum(expand(a, s) * expand(b, s), axis) has one also where the e-graph holds MatMul(a, b, s, axis), as `node_of`
+    builds it (its expands need not be in the e-graph)."""
+    index = enode_classes(classes)
     found: dict[int, int] = {}
     for node in nodes:
         c = None
         if node.op in OP_NAMES and all(id(src) in found for src in node.srcs):
             c = index.get(enode_of(node, tuple(found[id(src)] for src in node.srcs)))
-        product = node.srcs[0] if node.op == Op.SUM else None
-        if c is None and product is not None and product.op == Op.MUL:   # its expands need not be in the e-graph
+        product = node.srcs[0] if contractions and node.op == Op.SUM else None
+        if c is None and product is not None and product.op == Op.MUL:
             operands = [src.srcs[0] if src.op == Op.EXPAND else src for src in product.srcs]
             if all(id(operand) in found for operand in operands):
                 c = index.get(ENode("MatMul", tuple(found[id(operand)] for operand in operands),

@@ -18,17 +18,12 @@ from typing import Callable, Mapping
 
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.targets import Target
-from tensorsmith.rewrites.eclasses import EClasses, ENode
+from tensorsmith.rewrites.eclasses import EClasses, ENode, enode_classes
 from tensorsmith.rewrites.term import LEAVES, VIEWS
 
 Choice = dict[int, ENode]
 MAX_PASSES = 4          # of single-choice improvement over the reachable e-classes (each pass is a full sweep)
 IMPROVEMENT = 1e-9      # relative: a choice is kept only where the DAG's price falls by more than this
-
-
-def class_of(classes: EClasses) -> dict[ENode, int]:
-    """The e-class of each e-node (an e-graph holds each e-node in one e-class)."""
-    return {enode: c for c, enodes in classes.nodes.items() for enode in enodes}
 
 
 @dataclass

@@ -42,12 +42,12 @@ from tensorsmith.ir.node import Node
 from tensorsmith.ir.targets import Target, get_target
 from tensorsmith.ir.ops import COMMUTATIVE, LEAVES as LEAF_OPS, REDUCE, UNARY, VIEWS as VIEW_OPS, Op
 from tensorsmith.rewrites.eclasses import (OPS, EClasses, ENode, ExtractionError, build_graph, cheapest, classes_of,
-                                           enode_of, read_eclasses)
+                                           enode_classes, enode_of, read_eclasses)
 from tensorsmith.rewrites.saturate import Saturated
 from tensorsmith.rewrites.term import LEAVES, VIEWS
 
 from .cost import TRANSCENDENTAL_FLOPS
-from .dag import DagPrice, class_of, dag_cheapest, sample, tree_prices
+from .dag import DagPrice, dag_cheapest, sample, tree_prices
 
 VIEW_S = 1e-15            # a view or a leaf: free, but fewer of them is the tidier program
 TRANSCENDENTAL = frozenset(name for name, op in OPS.items() if op in UNARY)   # the special-function unit's ops
@@ -130,7 +130,7 @@ def extract_forms(saturated: Saturated, target: Target | str = "sm90", max_forms
     classes = read_eclasses(saturated.egraph, saturated.roots)
     cost = term_cost(classes, target)
     price = DagPrice(classes, cost, target)
-    owner = class_of(classes)
+    owner = enode_classes(classes)
     written = written_enodes(classes, saturated.graph)
     tidy = cheapest(classes, lambda enode: TIDY_COSTS.get(enode.op, 1.0) * (1 - WRITTEN_DISCOUNT * (enode in written)))
     forms: list[Form] = []

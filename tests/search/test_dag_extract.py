@@ -13,9 +13,9 @@ from tensorsmith import rewrites
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.targets import get_target
-from tensorsmith.rewrites.eclasses import build_graph, cheapest, read_eclasses
+from tensorsmith.rewrites.eclasses import build_graph, cheapest, enode_classes, read_eclasses
 from tensorsmith.search import canonical_hash, extract_forms
-from tensorsmith.search.dag import DagPrice, class_of, dag_cheapest, reachable, sample, tree_prices
+from tensorsmith.search.dag import DagPrice, dag_cheapest, reachable, sample, tree_prices
 from tensorsmith.search.extract import moves_across, term_cost
 
 SIDE = 1024
@@ -59,7 +59,7 @@ def test_the_dag_extraction_shares_the_product_the_tree_extraction_computes_apar
     classes = read_eclasses(saturated.egraph, saturated.roots)
     target = get_target("sm90")
     price = DagPrice(classes, term_cost(classes, target), target)
-    owner = class_of(classes)
+    owner = enode_classes(classes)
     by_arithmetic = cheapest(classes, term_cost(classes, target))
     by_tree_price = cheapest(classes, lambda enode: price.written_seconds(owner[enode], enode))
     for tree in (by_arithmetic, by_tree_price):
