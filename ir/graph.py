@@ -8,7 +8,7 @@ from typing import Sequence
 from . import primitives as P
 from .dtypes import DType
 from .errors import GraphError, user_location
-from .node import Node, toposort
+from .node import Node, structure_rows, toposort
 from .ops import Op
 from .tensor import Tensor
 
@@ -61,12 +61,10 @@ class Graph:
 
     def structural_hash(self) -> str:
         """A hash of the graph's structure: equal for graphs that compute the same thing the same way."""
-        index: dict[int, int] = {}
         digest = hashlib.sha256(self.name.encode())
-        for i, node in enumerate(self.nodes()):
-            index[id(node)] = i
-            srcs = [index[id(s)] for s in node.srcs]
-            digest.update(repr((node.op.value, srcs, node.shape, node.dtype.value, node.arg)).encode())
+        rows, index = structure_rows(self.nodes())
+        for row in rows:
+            digest.update(repr(row).encode())
         for name, node in self.outputs.items():
             digest.update(repr((name, index[id(node)])).encode())
         return digest.hexdigest()

@@ -18,7 +18,7 @@ import numpy as np
 from . import primitives as P
 from .dtypes import DType, round_to_register
 from .interpreter import evaluate_nodes
-from .node import Node, toposort
+from .node import Node, structure_rows, toposort
 from .ops import ELEMENTWISE, Op
 
 
@@ -246,13 +246,11 @@ def kernel_structure(kernel: Kernel, lines: bool = False) -> tuple:
 @lru_cache(maxsize=8192)
 def _structure(outputs: tuple[tuple[str, Node], ...], lines: bool) -> tuple:
     names: dict[str, int] = {}
-    index: dict[int, int] = {}
-    rows = []
-    for i, node in enumerate(_body(outputs)):
-        index[id(node)] = i
-        arg = ("buffer", names.setdefault(node.arg, len(names))) if node.op == Op.INPUT else node.arg
-        row = (node.op.value, repr(arg), node.shape, node.dtype.value, tuple(index[id(s)] for s in node.srcs))
-        rows.append(row + (node.where,) if lines else row)
+    body = _body(outputs)
+    rows, index = structure_rows(body, lambda node: ("buffer", names.setdefault(node.arg, len(names)))
+                                 if node.op == Op.INPUT else node.arg)
+    if lines:
+        rows = [row + (node.where,) for row, node in zip(rows, body)]
     return tuple(rows), tuple((node.dtype.value, node.shape, index[id(node)]) for _, node in outputs)
 
 

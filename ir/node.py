@@ -73,3 +73,16 @@ def consumers(order: list[Node]) -> dict[int, list[Node]]:
         for src in node.srcs:
             users[id(src)].append(node)
     return users
+
+
+def structure_rows(order: list[Node] | tuple[Node, ...], arg_of: Callable[[Node], Any] = lambda node: node.arg,
+                   ) -> tuple[list[tuple], dict[int, int]]:
+    """One row per node of `order` (topological): op, repr of its arg (as `arg_of` gives it), shape, dtype and its
+    sources' positions; equal rows for nodes computed the same way. Also each node's position, by id."""
+    index: dict[int, int] = {}
+    rows = []
+    for i, node in enumerate(order):
+        index[id(node)] = i
+        rows.append((node.op.value, repr(arg_of(node)), node.shape, node.dtype.value,
+                     tuple(index[id(src)] for src in node.srcs)))
+    return rows, index

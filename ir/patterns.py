@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import Callable
 
 from .dtypes import DType
-from .node import Node, toposort
+from .node import Node, structure_rows, toposort
 from .ops import ELEMENTWISE, VIEWS, Op
 
 Index = tuple[str, ...]   # an index as symbols, one per axis ("0" for an axis that is not indexed)
@@ -614,13 +614,7 @@ def match_point_write(outputs: tuple[tuple[str, Node], ...]) -> PointWrite | Non
 @lru_cache(maxsize=4096)
 def _computed_as(node: Node) -> tuple:
     """How `node` is computed, from its leaves: equal for nodes that compute the same value the same way."""
-    index: dict[int, int] = {}
-    rows = []
-    for i, each in enumerate(toposort([node])):
-        index[id(each)] = i
-        rows.append((each.op.value, repr(each.arg), each.shape, each.dtype.value,
-                     tuple(index[id(src)] for src in each.srcs)))
-    return tuple(rows)
+    return tuple(structure_rows(toposort([node]))[0])
 
 
 def _point_of(condition: Node) -> tuple[int, Node, Index] | None:
