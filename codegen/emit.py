@@ -288,8 +288,10 @@ class Emitter:
         zero = c_literal(0, lookup.reduce.dtype)
         return self._bind(lookup.reduce, f"({ids} >= 0 && {ids} < {length}) ? {picked} : {zero}")
 
-    def store(self, buffer: str, dtype: DType, index: Index, value: str) -> None:
-        offset = linear_index(index, self.buffer_shapes[buffer])
+    def store(self, buffer: str, dtype: DType, index: Index, value: str, shape: tuple[int, ...] | None = None) -> None:
+        """Write `value` at `index` of `buffer`; at `index` of `shape` where the buffer is a reshape of that (the same
+        elements in the same row-major order)."""
+        offset = linear_index(index, shape or self.buffer_shapes[buffer])
         self.line(f"g_{buffer}[{offset}] = {STORE.get(dtype, '{}').format(value)};")
 
 

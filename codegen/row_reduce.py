@@ -31,9 +31,13 @@ class RowPlan:
 
 
 def row_plan(kernel: Kernel) -> RowPlan:
+    """The kernel's row plan; an output that reshapes what the rows compute (a product of one row returned as
+    (1, 1, N)) is that value, stored in the same row-major order."""
     if len(kernel.outputs) != 1:
         raise NotFusable(kernel.outputs[1][1], "a row-reduction kernel writes one output")
     name, out = kernel.outputs[0]
+    while out.op == Op.RESHAPE:
+        out = out.srcs[0]
     reduces = tuple(n for n in kernel.body if n.op in REDUCE and not is_inline_reduce(n))
     per_row_output = any(r.shape == out.shape for r in reduces) or out.ndim == 0
     row_shape = out.shape if per_row_output else out.shape[:-1]
@@ -185,13 +189,13 @@ def _emit_row_loops(loops: _RowLoops) -> None:
     if plan.per_row_output:
         value = emitter.value(plan.out, row)
         emitter.open_scope("if (lane == 0)")
-        emitter.store(plan.name, plan.out.dtype, row, value)
+        emitter.store(plan.name, plan.out.dtype, row, value, plan.out.shape)
         emitter.close_scope()
         return
     emitter.line(f"// the epilogue: {plan.name} along its last axis")
     if loops.vec == 1:
         var = loops.open(plan.out.shape[-1])
-        emitter.store(plan.name, plan.out.dtype, row + (var,), emitter.value(plan.out, row + (var,)))
+        emitter.store(plan.name, plan.out.dtype, row + (var,), emitter.value(plan.out, row + (var,)), plan.out.shape)
         loops.close()
         return
     # collect a thread's VEC consecutive outputs, then write them with one vector store

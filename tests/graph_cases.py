@@ -182,10 +182,23 @@ def _batch_of_one_norms() -> ts.Graph:
     return g
 
 
+def _reshaped_row_outputs() -> ts.Graph:
+    """Row kernels whose outputs are reshapes of what their rows compute: a product of one row returned as
+    (1, 1, N), as a decode step's last linear layer returns it, and softmax rows returned regrouped. Each kernel
+    writes its reshaped output itself, with no copy kernel after it."""
+    g = ts.Graph("reshaped_row_outputs")
+    x = g.input("x", (1, 300), "float16")
+    g.output("y", (x @ g.input("w", (520, 300), "float16").transpose(0, 1)).reshape((1, 1, 520)))
+    rows = g.input("rows", (6, 100), "float32")
+    g.output("p", nn.softmax(rows, -1).reshape((3, 2, 10, 10)))
+    return g
+
+
 CASES: dict[str, Callable[[], ts.Graph]] = {
     "pointwise_math": _pointwise_math, "views": _views, "broadcast_bf16": _broadcast_bf16,
     "integers": _integers, "lookups": _lookups, "column_sum": _column_sum, "full_sum": _full_sum, "norms": _norms,
     "many_short_rows": _many_short_rows, "rope": _rope, "matmul": _matmul, "shared_outputs": _shared_outputs,
     "attention": _attention, "tensor_core_mlp": _tensor_core_mlp, "tensor_core_batched": _tensor_core_batched,
     "decoder_block": decoder_block, "batch_of_one_norms": _batch_of_one_norms,
+    "reshaped_row_outputs": _reshaped_row_outputs,
 }

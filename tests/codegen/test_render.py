@@ -119,3 +119,13 @@ def test_a_matrix_vector_product_over_a_transposed_weight_reads_it_element_by_el
     body = kernel.source.split("extern")[1]
     assert kernel.schedule["vec"] == 8 and "load_vec<8>(g_x + " in body and "load_vec<8>(g_w" not in body
     assert "g_w[" in body
+
+
+def test_a_row_kernel_writes_an_output_that_reshapes_its_rows_itself() -> None:
+    """A product of one row returned as (1, 1, N) and softmax rows returned regrouped: each is one row kernel that
+    stores the reshaped output at its rows' row-major offsets, not a row kernel and a copy kernel after it."""
+    program = partition(CASES["reshaped_row_outputs"]())
+    assert [(kernel.archetype, [name for name, _ in kernel.outputs]) for kernel in program.kernels] == [
+        ("row_reduce", ["y"]), ("row_reduce", ["p"])]
+    sources = "\n".join(kernel.source for kernel in render_program(program))
+    assert "g_y[(r1)] = " in sources and "g_p + (r0) * 100 + (base)" in sources
