@@ -22,6 +22,7 @@ from tensorsmith.ir.patterns import GatherMatch, match_gather
 
 Index = tuple[str, ...]
 INLINE_REDUCE_LIMIT = 4   # reductions over at most this many elements are unrolled where used
+INDEX_NAME_LENGTH = 40    # a view's index longer than this is bound to a name (Emitter.bind_indices)
 
 COMPUTE_TYPE = {DType.FLOAT32: "float", DType.FLOAT16: "float", DType.BFLOAT16: "float",
                 DType.INT32: "int", DType.BOOL: "bool"}
@@ -151,6 +152,7 @@ class Emitter:
     _invariants: _Invariants | None = None
     _count: int = 0
     indent: int = 1
+    bind_indices: bool = False   # name each long index a view computes (only where no loop variable can be in one)
 
     def fresh(self, prefix: str = "v") -> str:
         self._count += 1
@@ -224,6 +226,8 @@ class Emitter:
             return f"((int)({index[node.arg]}))"
         if op in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.PAD):
             src_index, inside = view_source_index(node, index)
+            if self.bind_indices:
+                src_index = tuple(self._named_index(part) for part in src_index)
             inner = self.value(node.srcs[0], src_index)
             if inside is None:
                 return inner
@@ -235,6 +239,19 @@ class Emitter:
             return self._reduced_value(node, index)
         args = [self.value(src, index) for src in node.srcs]
         return self._bind(node, self._compute(node, args))
+
+    def _named_index(self, part: str) -> str:
+        """`part`, or where it is long, a name bound to it: each view writes its source's index in terms of its own,
+        so inlined through a chain of reshapes and pads (a pooling window's) the text grows by a factor a view (one
+        kernel of two pools was 4.7 MB of C that NVRTC took 26 s over); named once, each index is one line."""
+        if len(part) <= INDEX_NAME_LENGTH or part.isidentifier():
+            return part
+        key = (-1, (part,))     # in the scope's memo beside the values (no node has id -1)
+        memo = self._memo[-1]
+        if key not in memo:
+            memo[key] = self.fresh("i")
+            self.line(f"const idx_t {memo[key]} = {part};")
+        return memo[key]
 
     def _compute(self, node: Node, args: list[str]) -> str:
         op = node.op

@@ -30,7 +30,7 @@ def pointwise_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> tuple[st
     if vec == 1:
         coords = [(f"o{axis}", expr) for axis, expr in enumerate(delinearize("i", shape))]
         index = tuple(name for name, _ in coords)
-        emitter = Emitter(shapes)
+        emitter = Emitter(shapes, bind_indices=True)   # one element a thread: no loop, so every index can be named
         kept = _kept(kernel)
         if kept:
             unchanged = " && ".join(f"{_same_memory(name, match)} && !{emitter.value(match.condition, index)}"
