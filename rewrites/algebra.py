@@ -30,6 +30,8 @@ FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 ONE = encode_value(1.0)
 POS_INF_BITS = encode_value(math.inf)   # positive finite floats are exactly the bit patterns in (0, this)
 REDUCTION_LENGTH = 3                    # reductions are proved over this many uninterpreted elements
+SPLIT_AT = 2**16                        # a last-axis sum this long is also written as a sum of chunks' sums
+SPLIT = 2048                            # the chunk: its sums are one row each of a row kernel
 
 x, a, b, c = var("x", TExpr), var("a", TExpr), var("b", TExpr), var("c", TExpr)
 shape, cs, xs = var("shape", Vec[i64]), var("cs", Vec[i64]), var("xs", Vec[i64])
@@ -162,6 +164,8 @@ FOLDED_AT_THE_LENGTH = ("a derive pass: numpy computes the folded value at the a
 IEEE_ELEMENTS = ("IEEE model: the law must keep nan, ±inf and signed zeros, and the induction's uninterpreted "
                  "prefix functions are reals; an element of the IEEE model is a (kind, value, sign) triple, so it "
                  "is proved over that many extended-real elements")
+CHUNKED_AT_FIXED_LENGTHS = ("the split is a reshape, which the induction's one summed axis cannot state; proved for "
+                            "2 chunks of 3 and 3 of 2 in the real model, and checked numerically at its own length")
 MAX_HAS_NO_EMPTY_CASE = ("an empty max is -inf, which the real model lacks, so the induction has no length-0 base "
                          "(one from length 1 would need a base of its own); proved at length 3")
 
@@ -255,6 +259,18 @@ def _sum_sum_claim() -> Claim:
     return Claim(lhs, rhs, sorts=_reals(6), note="2 x 3")
 
 
+def _sum_split_claims() -> tuple[Claim, ...]:
+    """A row of 6 summed at once, or as the sums of its 2 chunks of 3 (and of its 3 chunks of 2), in order."""
+    def claim(chunks: int, size: int) -> Claim:
+        def lhs(*v: z3.ArithRef) -> object:
+            return _fold(_plus, list(v))
+
+        def rhs(*v: z3.ArithRef) -> object:
+            return _fold(_plus, [_fold(_plus, list(v[size * j:size * j + size])) for j in range(chunks)])
+        return Claim(lhs, rhs, sorts=_reals(chunks * size), note=f"{chunks} chunks of {size}")
+    return claim(2, 3), claim(3, 2)
+
+
 def _max_max_claim() -> Claim:
     def lhs(*v: Scalar) -> Scalar:
         return maximum(maximum(v[0], v[1]), maximum(v[2], v[3]))
@@ -306,6 +322,15 @@ REDUCTIONS: tuple[Rule, ...] = (
          _example("sum_sum", lambda g: P.reduce(Op.SUM, P.reduce(Op.SUM, g.input("x", (2, 3, 4), "float32").node,
                                                                   0), 1)),
          model="real"),
+    Rule("sum_split", f"sum(x, last axis) of n >= {SPLIT_AT} elements -> the sum of its n / {SPLIT} chunks' sums "
+         f"(one row of a million is one block's work; {SPLIT} a row fills the GPU)",
+         rewrite(Sum(x, axis)).to(Sum(Sum(Reshape(x, xs.pop().push(xs[axis] / i64(SPLIT)).push(i64(SPLIT))),
+                                          axis + 1), axis),
+                                  shape_of(x) == xs, xs.length() == axis + 1, xs[axis] >= i64(SPLIT_AT),
+                                  xs[axis] % i64(SPLIT) == i64(0)),
+         _sum_split_claims(),
+         _example("sum_split", lambda g: P.reduce(Op.SUM, g.input("x", (2, SPLIT_AT), "float32").node, 1)),
+         model="real", bounded_because=CHUNKED_AT_FIXED_LENGTHS),
     Rule("max_max", "max(max(x, i), j) -> the two axes maxed in the other order",
          (rewrite(Max(Max(x, axis), axis2)).to(Max(Max(x, axis2 + 1), axis), axis <= axis2),
           rewrite(Max(Max(x, axis), axis2)).to(Max(Max(x, axis2), axis - 1), axis > axis2)),
