@@ -271,6 +271,25 @@ def _sum_split_claims() -> tuple[Claim, ...]:
     return claim(2, 3), claim(3, 2)
 
 
+def _max_split_claims() -> tuple[Claim, ...]:
+    """A row of 6 maxed at once, or as the max of its 2 chunks' maxes of 3 (and 3 of 2), every IEEE value."""
+    def claim(chunks: int, size: int) -> Claim:
+        def lhs(*v: Scalar) -> Scalar:
+            return _fold(maximum, list(v))
+
+        def rhs(*v: Scalar) -> Scalar:
+            return _fold(maximum, [_fold(maximum, list(v[size * j:size * j + size])) for j in range(chunks)])
+        return Claim(lhs, rhs, sorts=("scalar",) * (chunks * size), note=f"{chunks} chunks of {size}")
+    return claim(2, 3), claim(3, 2)
+
+
+def _split(reduce: Callable[[TExpr, i64], TExpr]) -> object:
+    """reduce(x, last axis) of n >= SPLIT_AT elements, as reduce over n / SPLIT chunks of reduce over each chunk."""
+    return rewrite(reduce(x, axis)).to(
+        reduce(reduce(Reshape(x, xs.pop().push(xs[axis] / i64(SPLIT)).push(i64(SPLIT))), axis + 1), axis),
+        shape_of(x) == xs, xs.length() == axis + 1, xs[axis] >= i64(SPLIT_AT), xs[axis] % i64(SPLIT) == i64(0))
+
+
 def _max_max_claim() -> Claim:
     def lhs(*v: Scalar) -> Scalar:
         return maximum(maximum(v[0], v[1]), maximum(v[2], v[3]))
@@ -324,13 +343,13 @@ REDUCTIONS: tuple[Rule, ...] = (
          model="real"),
     Rule("sum_split", f"sum(x, last axis) of n >= {SPLIT_AT} elements -> the sum of its n / {SPLIT} chunks' sums "
          f"(one row of a million is one block's work; {SPLIT} a row fills the GPU)",
-         rewrite(Sum(x, axis)).to(Sum(Sum(Reshape(x, xs.pop().push(xs[axis] / i64(SPLIT)).push(i64(SPLIT))),
-                                          axis + 1), axis),
-                                  shape_of(x) == xs, xs.length() == axis + 1, xs[axis] >= i64(SPLIT_AT),
-                                  xs[axis] % i64(SPLIT) == i64(0)),
-         _sum_split_claims(),
+         _split(Sum), _sum_split_claims(),
          _example("sum_split", lambda g: P.reduce(Op.SUM, g.input("x", (2, SPLIT_AT), "float32").node, 1)),
          model="real", bounded_because=CHUNKED_AT_FIXED_LENGTHS),
+    Rule("max_split", f"max(x, last axis) of n >= {SPLIT_AT} elements -> the max of its n / {SPLIT} chunks' maxes",
+         _split(Max), _max_split_claims(),
+         _example("max_split", lambda g: P.reduce(Op.MAX, g.input("x", (2, SPLIT_AT), "float32").node, 1)),
+         bounded_because=IEEE_ELEMENTS),
     Rule("max_max", "max(max(x, i), j) -> the two axes maxed in the other order",
          (rewrite(Max(Max(x, axis), axis2)).to(Max(Max(x, axis2 + 1), axis), axis <= axis2),
           rewrite(Max(Max(x, axis), axis2)).to(Max(Max(x, axis2), axis - 1), axis > axis2)),

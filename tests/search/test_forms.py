@@ -136,16 +136,18 @@ def test_every_forms_best_is_measured_even_when_measuring_takes_the_budget() -> 
     assert result.form != 0 and result.measured_us is not None
 
 
-def test_a_long_sum_is_taken_as_the_sum_of_its_chunks_sums() -> None:
-    """x.sum() over four million elements is one row: one block's work, the GPU idle. sum_split writes it as the sum
-    of 2048 chunks' sums, a row kernel of 2048 rows and one of a single row of 2048, predicted about 75 times
-    faster; the compile takes that form, says which rule made it, and computes the sum."""
-    g = Graph("long_sum")
-    g.output("s", g.input("x", (1 << 22,), "float32").sum(-1))
+@pytest.mark.parametrize("reduction", ["sum", "max"])
+def test_a_long_reduction_is_taken_as_the_reduction_of_its_chunks(reduction: str) -> None:
+    """x.sum() or x.max() over four million elements is one row: one block's work, the GPU idle. sum_split and
+    max_split write it over 2048 chunks, a row kernel of 2048 rows and one of a single row of 2048, predicted
+    over 20 times faster; the compile takes that form, says which rule made it, and computes the value."""
+    g = Graph(f"long_{reduction}")
+    g.output("r", getattr(g.input("x", (1 << 22,), "float32"), reduction)(-1))
     program = ts.compile(g, budget_s=BUDGET_S, cache=False, progress=False)
     written, winner = program.report["forms"][0], next(form for form in program.report["forms"] if form["won"])
-    assert not written["won"] and list(winner["derivation"]["rules"]) == ["sum_split"]
+    assert not written["won"] and list(winner["derivation"]["rules"]) == [f"{reduction}_split"]
     assert winner["predicted_us"] * 20 < written["predicted_us"]
     assert [kernel.grid[0] for kernel in program.kernels] == [2048, 1]
     inputs = {"x": np.random.default_rng(0).standard_normal(1 << 22).astype(np.float32)}
-    assert abs(program(device="cpu", **inputs)["s"] - inputs["x"].astype(np.float64).sum()) < 1e-2
+    want = getattr(inputs["x"].astype(np.float64), reduction)()
+    assert abs(program(device="cpu", **inputs)["r"] - want) < 1e-2
