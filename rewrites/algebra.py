@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 import z3
-from egglog import String, Vec, i64, rewrite, var
+from egglog import RewriteOrRule, String, Vec, i64, i64Like, rewrite, var
 
 from tensorsmith.ir import primitives as P
 from tensorsmith.ir.graph import Graph
@@ -30,8 +30,8 @@ FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 ONE = encode_value(1.0)
 POS_INF_BITS = encode_value(math.inf)   # positive finite floats are exactly the bit patterns in (0, this)
 REDUCTION_LENGTH = 3                    # reductions are proved over this many uninterpreted elements
-SPLIT_AT = 2**16                        # a last-axis sum this long is also written as a sum of chunks' sums
-SPLIT = 2048                            # the chunk: its sums are one row each of a row kernel
+SPLIT_AT = 2**16                        # a last-axis sum or max this long is also taken over chunks (_split)
+SPLIT = 2048                            # the chunk: its reductions are one row each of a row kernel
 
 x, a, b, c = var("x", TExpr), var("a", TExpr), var("b", TExpr), var("c", TExpr)
 shape, cs, xs = var("shape", Vec[i64]), var("cs", Vec[i64]), var("xs", Vec[i64])
@@ -283,7 +283,7 @@ def _max_split_claims() -> tuple[Claim, ...]:
     return claim(2, 3), claim(3, 2)
 
 
-def _split(reduce: Callable[[TExpr, i64], TExpr]) -> object:
+def _split(reduce: Callable[[TExpr, i64Like], TExpr]) -> RewriteOrRule:
     """reduce(x, last axis) of n >= SPLIT_AT elements, as reduce over n / SPLIT chunks of reduce over each chunk."""
     return rewrite(reduce(x, axis)).to(
         reduce(reduce(Reshape(x, xs.pop().push(xs[axis] / i64(SPLIT)).push(i64(SPLIT))), axis + 1), axis),
