@@ -263,7 +263,8 @@ def run_program(args: argparse.Namespace) -> int:
     inputs = {**program.bound, **drawn, **given}
     outputs = program(device=args.device, **inputs)
     for name, value in outputs.items():
-        print(f"{name}: shape {tuple(value.shape)} {value.dtype}, mean {float(np.mean(value)):.6g}")
+        summary = f"mean {float(np.mean(value)):.6g}" if value.size else "no elements"
+        print(f"{name}: shape {tuple(value.shape)} {value.dtype}, {summary}")
     if not args.check:
         return 0
     checks = compare(program.graph, outputs, evaluate(program.graph, inputs))

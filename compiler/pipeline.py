@@ -22,6 +22,7 @@ from tensorsmith.codegen.launch_cost import measured_launch_seconds
 from tensorsmith.codegen.nvrtc import compile_many, prefetch
 from tensorsmith.codegen.render import MEASURED_PLACEHOLDER, render_program
 from tensorsmith.codegen.runtime import device_name, gpu_available
+from tensorsmith.ir.empty import empties_folded, is_empty
 from tensorsmith.ir.errors import CompileError, DeviceError, GraphError, InputError, KernelFault, TensorsmithError
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.interpreter import evaluate
@@ -42,6 +43,7 @@ from tensorsmith.search.verify import (Check, Draw, NoiseOnlyError, Verification
 from .cache import ProgramCache, program_key
 from .executor import InProcess, InWorker, Profiler
 from .compiled import CompiledKernel
+from .empty_outputs import with_empty_outputs
 from .program import Program
 from .progress import default_progress
 from .stages import (Calibration, Compilation, CompileOptions, Context, Cubins, Derived, Forms, Layered, Profiled,
@@ -557,11 +559,9 @@ def _compile(graph: Graph, options: CompileOptions, store: ProgramCache | None) 
         raise GraphError(f"graph {graph.name!r} has no outputs; register one with graph.output(name, tensor)")
     if not budget_s > 0:
         raise InputError(f"the search budget must be a positive number of seconds, got {budget_s!r}")
-    empty = next((node for node in graph.nodes() if 0 in node.shape), None)
-    if empty is not None:
-        raise GraphError(f"graph {graph.name!r} has an empty tensor: {empty.op} of shape {empty.shape} at"
-                         f" {empty.where or 'an unknown line'}; tensorsmith does not compile tensors with a size-0"
-                         f" axis yet (ts.evaluate computes such a graph)")
+    graph = empties_folded(graph)
+    if any(is_empty(node) for node in graph.outputs.values()):
+        return with_empty_outputs(graph, target, VERSION, seed, lambda rest: _compile(rest, options, store))
     if getattr(multiprocessing.current_process(), "_inheriting", False):   # a spawned worker importing __main__
         raise TensorsmithError("compile() was called while a tensorsmith worker process imported the main script;"
                                " call it under `if __name__ == '__main__':`")

@@ -16,7 +16,7 @@ from typing import Mapping
 import numpy as np
 
 from . import primitives as P
-from .dtypes import DType, round_to_register
+from .dtypes import DType, numpy_dtype, round_to_register
 from .interpreter import evaluate_nodes
 from .node import Node, structure_rows, toposort
 from .ops import ELEMENTWISE, Op
@@ -119,6 +119,8 @@ class KernelProgram:
                 memory[name] = value if narrow else round_to_register(value, dtype)
             return memory[name]
 
+        memory.update((name, np.empty(buf.shape, numpy_dtype(buf.dtype))) for name, buf in self.buffers.items()
+                      if buf.role == "output" and buf.nbytes == 0)   # no kernel writes an empty output
         for kernel in self.kernels:
             key = (kernel_structure(kernel), tuple(self.buffers[w].dtype for w in kernel.writes),
                    tuple(origin[name] for name in kernel.reads))

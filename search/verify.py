@@ -131,8 +131,8 @@ def weight_scales(graph: Graph) -> dict[str, float]:
         source = match.rhs
         while source.op in VIEWS:
             source = source.srcs[0]
-        if source.op == Op.INPUT and source.ndim == 2:
-            k = match.dims[2]
+        k = match.dims[2]
+        if source.op == Op.INPUT and source.ndim == 2 and k > 0:   # K = 0: an empty weight, nothing to scale
             scales[source.arg] = min(scales.get(source.arg, 1.0), 1.0 / float(np.sqrt(k)))
     return scales
 
