@@ -8,6 +8,7 @@ induction it takes, lemmas included. Names of the functions are prefixed by the 
 - contraction_factor: sum_k a_k b_k + sum_k a_k c_k = sum_k a_k (b_k + c_k) (matmul_factor and, read the other
   way, matmul_distribute: each output element is this law over the contracted axis).
 - row_scale: sum_k (x_k s) y_k = (sum_k x_k y_k) s, and with a weight w_k inside (rmsnorm_matmul).
+- weight_scale: sum_k x_k (w_k c) = (sum_k x_k w_k) c (matmul_scaled_weight).
 - sum_sum: sum_r sum_k x(r, k) = sum_k sum_r x(r, k) for every R x C: induction on R with C free, by two lemmas,
   each an induction on C (a sum of zeros is zero; adding a row to every column sum adds the row's sum).
 - contraction_assoc: sum_j (sum_k a_k b(k, j)) c_j = sum_k a_k (sum_j b(k, j) c_j) for every K x J, the same way.
@@ -64,6 +65,17 @@ def row_scale() -> tuple[Claim, ...]:
         steps=lambda n: [xswy(n + 1) == xswy(n) + ((x(n) * s) * w(n)) * y(n),
                          xwy(n + 1) == xwy(n) + (x(n) * w(n)) * y(n)])
     return _claims(plain, weighted)
+
+
+def weight_scale() -> tuple[Claim, ...]:
+    """sum(x * (w * c)) = sum(x * w) * c: a constant scale on a weight leaves the contraction."""
+    x, w, xwc, xw = (reals_of_index(f"weight_scale_{name}") for name in ("x", "w", "xwc", "xw"))
+    c = z3.Real("weight_scale_c")
+    return _claims(Induction(
+        "sum(x*(w*c)) = sum(x*w)*c",
+        holds=lambda n: xwc(n) == xw(n) * c,
+        starts=lambda: [xwc(0) == 0, xw(0) == 0],
+        steps=lambda n: [xwc(n + 1) == xwc(n) + x(n) * (w(n) * c), xw(n + 1) == xw(n) + x(n) * w(n)]))
 
 
 def sum_sum() -> tuple[Claim, ...]:

@@ -3,6 +3,8 @@
 - matmul: sum(expand(a) * expand(b), axis) is a contraction, `MatMul(a, b, shape, axis)`.
 - rmsnorm_matmul: (x * s) @ W = s * (x @ W) for s constant along the contracted axis (a per-row scale, as
   RMSNorm makes), so that the normalisation leaves the matmul's prologue for its epilogue.
+- matmul_scaled_weight: x @ (W * c) = (x @ W) * c for a constant c: the scale, a pointwise pass over the whole
+  weight as written, becomes a multiply in the product's epilogue (W plain or transposed, as a linear layer reads it).
 - online_softmax: the softmax expression is `OnlineSoftmax(x, axis, block)`, its streaming form (a running
   max and a running sum rescaled by exp2(old max - new max), one block at a time). The claim proves that
   algorithm equal to softmax over a small concrete length, with a partial last block.
@@ -24,16 +26,18 @@ from . import every_length
 from .eclasses import encode_value
 from .proofs import EXP2, Claim, Scalar, add, mul, real_max
 from .rule import Rule, tensor_example
-from .term import (Add, Const, Exp2, Expand, Max, MatMul, Mul, OnlineSoftmax, Recip, Reshape, Sum, TExpr, shape_of)
+from .term import (Add, Const, Exp2, Expand, Max, MatMul, Mul, OnlineSoftmax, Permute, Recip, Reshape, Sum, TExpr,
+                   dtype_of, shape_of)
 
 BLOCK = 128          # the streaming softmax's block length (the last block may be partial)
 NEG_ONE, LOG2_E_BITS = encode_value(-1.0), encode_value(LOG2_E)
 K = 3                # contractions are proved over this many uninterpreted elements
 
-x, a, b, c = var("x", TExpr), var("a", TExpr), var("b", TExpr), var("c", TExpr)
+x, a, b, c, w = var("x", TExpr), var("a", TExpr), var("b", TExpr), var("c", TExpr), var("w", TExpr)
 shape, t_shape, r_shape, cs = var("shape", Vec[i64]), var("t_shape", Vec[i64]), var("r_shape", Vec[i64]), var(
     "cs", Vec[i64])
-dtype, axis = var("dtype", String), var("axis", i64)
+w_shape, p = var("w_shape", Vec[i64]), var("p", Vec[i64])
+dtype, axis, bits = var("dtype", String), var("axis", i64), var("bits", i64)
 
 
 def contraction(left: list[Scalar], right: list[Scalar]) -> Scalar:
@@ -70,6 +74,31 @@ def _rmsnorm_claims() -> tuple[Claim, ...]:
                      lambda *v: _sum([(v[k] * v[2 * K + 1 + k]) * v[K + 1 + k] for k in range(K)]) * v[K],
                      sorts=("real",) * (3 * K + 1), note="sum(((x*s)*w)*y) = sum((x*w)*y)*s")
     return plain, weighted, *every_length.row_scale()
+
+
+def _weight_scale_claims() -> tuple[Claim, ...]:
+    """x: K elements of one row, w: K elements of one column of the weight, c: the constant."""
+    plain = Claim(lambda *v: _sum([v[k] * (v[K + k] * v[2 * K]) for k in range(K)]),
+                  lambda *v: _sum([v[k] * v[K + k] for k in range(K)]) * v[2 * K], sorts=("real",) * (2 * K + 1),
+                  note="sum(x*(w*c)) = sum(x*w)*c")
+    return plain, *every_length.weight_scale()
+
+
+def _scaled_weight(g: Graph) -> Tensor:
+    x_, w_ = g.input("x", (4, 8), "float32"), g.input("W", (6, 8), "float32")
+    return x_ @ (w_ * 0.5).transpose(0, 1)
+
+
+def _scaled_weight_rewrites() -> tuple[Any, ...]:
+    """The weight's view chain as matmul builds it, W plain or transposed first: the constant leaves it."""
+    scaled = Mul(w, Const(bits, w_shape, dtype))
+    plain = (scaled, w)
+    transposed = (Permute(scaled, p), Permute(w, p))
+    return tuple(
+        rewrite(Sum(Mul(a, Expand(Reshape(lhs, r_shape), shape)), axis)).to(
+            Mul(Sum(Mul(a, Expand(Reshape(rhs, r_shape), shape)), axis), Const(bits, shape.remove(axis), dtype)),
+            dtype_of(w) == dtype)
+        for lhs, rhs in (plain, transposed))
 
 
 def softmax_state(xs: list[Any], scale: Any) -> tuple[Any, Any]:
@@ -158,6 +187,9 @@ PATTERNS: tuple[Rule, ...] = (
               Mul(Sum(Mul(Expand(Reshape(Mul(x, a), r_shape), shape), b), axis), Expand(c, shape.remove(axis))),
               *_scale_conditions())),
          _rmsnorm_claims(), tensor_example("rmsnorm_matmul", _row_scaled_matmul), model="real", stage="patterns"),
+    Rule("matmul_scaled_weight", "x @ (W * c) -> (x @ W) * c for a constant c (W plain or transposed)",
+         _scaled_weight_rewrites(), _weight_scale_claims(), tensor_example("matmul_scaled_weight", _scaled_weight),
+         model="real", stage="patterns"),
     Rule("online_softmax", f"softmax(x, axis) -> OnlineSoftmax(x, axis, {BLOCK}): running max, rescaled running sum",
          rewrite(_softmax_pattern()).to(OnlineSoftmax(x, axis, i64(BLOCK))),
          (_online_softmax_claim(4, 2), _online_softmax_claim(3, 2), _online_softmax_claim(2, 1)),

@@ -151,3 +151,25 @@ def test_a_long_reduction_is_taken_as_the_reduction_of_its_chunks(reduction: str
     inputs = {"x": np.random.default_rng(0).standard_normal(1 << 22).astype(np.float32)}
     want = getattr(inputs["x"].astype(np.float64), reduction)()
     assert abs(program(device="cpu", **inputs)["r"] - want) < 1e-2
+
+
+def test_a_constant_scale_on_each_weight_runs_in_the_products_epilogues() -> None:
+    """A gated MLP whose weights are scaled in the graph (one plain, two read transposed as linear layers read them):
+    as written each scale is a pointwise pass over a whole weight; compiled, each weight is read by its product
+    alone, unscaled, the scale applied after the sum, and the result matches the interpreter."""
+    g = Graph("scaled_weights")
+    x = g.input("x", (64, 256), "float16")
+    gate, up, down = (g.input(name, shape, "float16") for name, shape in
+                      (("gate", (384, 256)), ("up", (256, 384)), ("down", (256, 384))))
+    hidden = ts.nn.silu(ts.nn.linear(x, gate * 0.5)) * (x @ (up * 0.25))
+    g.output("y", ts.nn.linear(hidden, down * 2.0))
+    program = ts.compile(g, budget_s=CHOICE_S, profile=False, cache=False)
+    for weight in ("gate", "up", "down"):
+        (kernel,) = [k for k in program.kernel_program.kernels if weight in k.reads]
+        product = next(node for node in kernel.body if node.op == Op.SUM)
+        assert not any(node.op == Op.CONSTANT and node.arg in (0.5, 0.25, 2.0)
+                       for node in ts.ir.node.toposort([product])), weight
+    assert "matmul_scaled_weight" in str(program.report["forms"])
+    inputs = ts.search.verify.random_inputs(g, seed=2)
+    for check in ts.search.verify.compare(g, program(device="cpu", **inputs), ts.evaluate(g, inputs)):
+        assert check.ok, check
