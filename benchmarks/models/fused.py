@@ -1,5 +1,6 @@
-"""Layers whose operations a compiler should fuse: RMSNorm into the next linear, a SwiGLU MLP (Llama-7B widths),
-a LoRA adapter beside its frozen weight, and GPT-2's MLP with its biases and GELU."""
+"""Layers whose operations a compiler should fuse: RMSNorm into the next linear, a SwiGLU MLP (Llama-7B widths), the
+same MLP with its weights scaled in its forward (as muP's multipliers or an initialisation's 1/sqrt(width) are
+applied), a LoRA adapter beside its frozen weight, and GPT-2's MLP with its biases and GELU."""
 import tensorsmith as ts
 from tensorsmith import nn
 from tensorsmith.bench import Case
@@ -11,6 +12,7 @@ except ImportError:   # the graphs build without torch; only the references need
     F = None  # type: ignore[assignment]
 
 WIDTH, FFN = 4096, 11008           # Llama-7B
+WEIGHT_SCALE = WIDTH ** -0.5       # the scaled MLP's multiplier on each weight
 LORA_RANK, LORA_SCALE = 16, 2.0    # alpha / rank with alpha = 32
 
 
@@ -37,6 +39,21 @@ def gated_mlp(tokens: int) -> ts.Graph:
 
 def torch_gated_mlp(x, w_gate, w_up, w_down):
     return F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)
+
+
+def scaled_gated_mlp(tokens: int) -> ts.Graph:
+    g = ts.Graph(f"scaled_gated_mlp_{tokens}")
+    x = g.input("x", (tokens, WIDTH), "float16")
+    w_gate, w_up = g.input("w_gate", (FFN, WIDTH), "float16"), g.input("w_up", (FFN, WIDTH), "float16")
+    w_down = g.input("w_down", (WIDTH, FFN), "float16")
+    gate, up, down = (w * WEIGHT_SCALE for w in (w_gate, w_up, w_down))
+    g.output("y", nn.linear(nn.silu(nn.linear(x, gate)) * nn.linear(x, up), down))
+    return g
+
+
+def torch_scaled_gated_mlp(x, w_gate, w_up, w_down):
+    gate, up, down = (w * WEIGHT_SCALE for w in (w_gate, w_up, w_down))
+    return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
 
 
 def lora(tokens: int) -> ts.Graph:
@@ -68,6 +85,7 @@ CASES = [
     Case(rmsnorm_linear(16), torch_rmsnorm_linear, "fused"),
     Case(gated_mlp(128), torch_gated_mlp, "fused"),
     Case(gated_mlp(2048), torch_gated_mlp, "fused"),
+    Case(scaled_gated_mlp(128), torch_scaled_gated_mlp, "fused"),
     Case(lora(128), torch_lora, "fused"),
     Case(gpt2_mlp(GPT2_BATCH * GPT2_TOKENS), torch_gpt2_mlp, "fused", std={"b_fc": BIAS_STD, "b_proj": BIAS_STD}),
 ]

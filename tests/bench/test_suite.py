@@ -117,6 +117,7 @@ def test_an_imported_case_computes_what_its_model_computes() -> None:
 # The reference interpreter computes in float64 on the CPU; the largest cases take minutes there, so they are
 # checked through the same builders at smaller sizes where the builder takes one (same code, fewer rows).
 SMALL = {"gated_mlp_2048": ("fused", "gated_mlp", 64), "gated_mlp_128": ("fused", "gated_mlp", 8),
+         "scaled_gated_mlp_128": ("fused", "scaled_gated_mlp", 8),
          "lora_128": ("fused", "lora", 8), "gpt2_mlp_4096": ("fused", "gpt2_mlp", 64),
          "attention_prefill_causal": ("attention", "prefill_causal", (1, 2, 64)),
          "attention_prefill_gqa": ("attention", "prefill_gqa", (1, 8, 64)),
