@@ -15,6 +15,7 @@ model, a smoke test of the script that runs on the CPU too, where transformers c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import torch
@@ -107,10 +108,59 @@ def step_alone(decode: ImportedProgram, token: torch.Tensor, n: int, length: int
         by_archetype.setdefault(kernel.archetype, []).append(kernel.measured_ms or 0.0)
     print("  by archetype: " + ", ".join(f"{name} {len(times)} kernels {sum(times):.3f} ms"
                                          for name, times in sorted(by_archetype.items(), key=lambda i: -sum(i[1]))))
+    as_run(decode, token, position, cache, slowest)
+    if any(kernel.programmatic for kernel in decode.program.kernels):
+        serial = step_seconds(without_programmatic_launch(decode), token, position, cache, calls)
+        print(f"  each kernel launched when the one before has ended (no programmatic launch): {serial * 1e3:.3f} ms a "
+              f"call, against {call_s * 1e3:.3f} ms as compiled")
     for kernel in sorted(decode.program.kernels, key=lambda k: -(k.measured_ms or 0.0))[:slowest]:
         how = next((line for line in kernel.source.splitlines() if line.startswith("// archetype:")), "")
         print(f"  {kernel.measured_ms or 0.0:7.4f} ms  {kernel.name}  {kernel.schedule}  grid {kernel.grid}\n"
               f"      {how[:240]}")
+
+
+def step_seconds(decode: ImportedProgram, token: torch.Tensor, position: torch.Tensor, cache: object,
+                 calls: int) -> float:
+    """Wall-clock seconds a call of `decode`, its calls back to back (after one that sets its device state up)."""
+    decode(token, position, cache)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        decode(token, position, cache)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls
+
+
+def without_programmatic_launch(decode: ImportedProgram) -> ImportedProgram:
+    """`decode` with every kernel launched as an ordinary launch, for the comparison (its device state rebuilt)."""
+    program = dataclasses.replace(decode.program, kernels=[dataclasses.replace(kernel, programmatic=False)
+                                                           for kernel in decode.program.kernels])
+    return ImportedProgram(decode.imported, program)
+
+
+def as_run(decode: ImportedProgram, token: torch.Tensor, position: torch.Tensor, cache: object, slowest: int,
+           calls: int = 10) -> None:
+    """The decode step's kernels as its calls run them (CUDA graphs, the cache written in place, L2 warm), from
+    PyTorch's profiler: the GPU's busy time a call against the call's wall time says whether the step waits on the
+    host; the `slowest` kernels by their time a call."""
+    names = {kernel.symbol: kernel.name for kernel in decode.program.kernels}
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        start = time.perf_counter()
+        for _ in range(calls):
+            decode(token, position, cache)
+        torch.cuda.synchronize()
+        wall_s = (time.perf_counter() - start) / calls
+    busy: dict[str, float] = {}
+    for event in profile.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            name = names.get(event.name, event.name)
+            busy[name] = busy.get(name, 0.0) + event.time_range.elapsed_us() / calls
+    ours = sum(us for name, us in busy.items() if name in names.values())
+    print(f"  as run (profiled, {calls} calls): the GPU busy {sum(busy.values()) / 1e3:.3f} ms a call, "
+          f"{ours / 1e3:.3f} ms of it in the program's kernels, against {wall_s * 1e3:.3f} ms a call by wall clock")
+    for name, us in sorted(busy.items(), key=lambda item: -item[1])[:slowest]:
+        print(f"  {us / 1e3:7.4f} ms  {name[:90]}")
 
 
 def theirs(model: torch.nn.Module, prompt: torch.Tensor, new: int, length: int) -> tuple[list, float]:

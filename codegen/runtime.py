@@ -11,7 +11,9 @@ Everything runs in device 0's primary context (the one the CUDA runtime, torch a
 so pointers from those libraries are valid here. Work goes to the legacy default stream unless a
 stream is given; the synchronous copies of DeviceBuffer wait for it. Kernel faults are reported
 late, by the next call that synchronizes: `launch(..., sync=True)` or `synchronize()` pins them to
-one kernel. `LaunchGraph` holds a sequence of launches as one CUDA graph, replayed on any stream
+one kernel. `launch(..., programmatic=True)` is a programmatic dependent launch (sm_90, cuLaunchKernelEx): the
+kernel may start while the one before it finishes, and waits for it in its first statement (griddepcontrol.wait,
+which every template emits). `LaunchGraph` holds a sequence of launches as one CUDA graph, replayed on any stream
 with one call.
 
 Only the driver API is used: on a machine without a driver a cuda.core runtime object can leave
@@ -54,6 +56,7 @@ DEVICE_ATTRIBUTES: dict[str, driver.CUdevice_attribute] = {
 _CC_MAJOR = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 _CC_MINOR = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
 _MAX_DYNAMIC_SHARED = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+_PROGRAMMATIC = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
 
 # ---- errors and the context ---------------------------------------------------------------------
@@ -412,21 +415,45 @@ def launch(
     shared_bytes: int = 0,
     stream: Any = None,
     sync: bool = False,
+    programmatic: bool = False,
 ) -> None:
-    """Launch `function` on `grid` x `block`; with sync=True wait and report a fault as this kernel's."""
+    """Launch `function` on `grid` x `block`; with sync=True wait and report a fault as this kernel's.
+
+    With `programmatic` the launch is a programmatic dependent launch (sm_90): the kernel may start while the kernel
+    before it on the stream finishes, so it must execute griddepcontrol.wait before it reads what that one wrote."""
     global _last_launch
     _ensure_context()
     function.allow_dynamic_shared(shared_bytes)
     packed = pack_args(args)
     try:
-        _cu(driver.cuLaunchKernel, function.handle, *grid, *block, shared_bytes,
-            0 if stream is None else stream, packed.address, 0)
+        if programmatic:
+            _cu(driver.cuLaunchKernelEx, _programmatic_config(grid, block, shared_bytes, stream), function.handle,
+                packed.address, 0)
+        else:
+            _cu(driver.cuLaunchKernel, function.handle, *grid, *block, shared_bytes,
+                0 if stream is None else stream, packed.address, 0)
     except DeviceError as err:
-        raise DeviceError(f"launching {function.name} with grid={grid} block={block} "
-                          f"shared_bytes={shared_bytes}: {err}") from None
+        raise DeviceError(f"launching {function.name} with grid={grid} block={block} shared_bytes={shared_bytes}"
+                          f"{' (programmatic)' if programmatic else ''}: {err}") from None
     _last_launch = function.name
     if sync:
         synchronize()
+
+
+def _programmatic_config(grid: Dim3, block: Dim3, shared_bytes: int, stream: Any) -> driver.CUlaunchConfig:
+    """cuLaunchKernelEx's configuration of a launch that may overlap the end of the kernel before it on `stream`
+    (a programmatic dependent launch); built without a driver, so that it can be checked anywhere."""
+    attribute = driver.CUlaunchAttribute()
+    attribute.id = _PROGRAMMATIC
+    attribute.value.programmaticStreamSerializationAllowed = 1
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = shared_bytes
+    config.hStream = 0 if stream is None else stream
+    config.attrs = [attribute]     # copied into the config's own array
+    config.numAttrs = 1
+    return config
 
 
 def copy_async(destination: int, source: int, nbytes: int, stream: int = 0) -> None:
@@ -451,6 +478,7 @@ class Launch:
     block: Dim3
     args: Sequence[Any]
     shared_bytes: int = 0
+    programmatic: bool = False
 
 
 class LaunchGraph:
@@ -459,7 +487,8 @@ class LaunchGraph:
     arguments for the replays after, including while an earlier replay still runs.
 
     The graph is recorded by capturing `launch` on a private stream, so that each node is exactly the launch
-    `launch` makes (a kernel's compile-time cluster dimensions included)."""
+    `launch` makes (a kernel's compile-time cluster dimensions included; a programmatic launch's edge from the
+    kernel before it is a programmatic one)."""
 
     def __init__(self, launches: Sequence[Launch]):
         _ensure_context()
@@ -501,7 +530,8 @@ def _captured(launches: Sequence[Launch]) -> driver.CUgraph:
     _cu(driver.cuStreamBeginCapture, stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
     try:
         for item in launches:
-            launch(item.function, item.grid, item.block, item.args, item.shared_bytes, stream=stream)
+            launch(item.function, item.grid, item.block, item.args, item.shared_bytes, stream=stream,
+                   programmatic=item.programmatic)
     except DeviceError:
         err, graph = driver.cuStreamEndCapture(stream)     # end the capture; the launch's own error is the one told
         if err == driver.CUresult.CUDA_SUCCESS and graph:

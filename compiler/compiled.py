@@ -35,6 +35,8 @@ class CompiledKernel:
     persistent: bool = False           # blocks walk the work by gridDim.x: launched at most one per SM of the GPU
     entry: str = ""                    # the function's name in the cubin, where it is not `name` (kernels that
                                        # compute alike share one: codegen.render.entry_name)
+    programmatic: bool = False         # launched as a programmatic dependent launch: it may start while the kernel
+                                       # before it finishes, and waits for its writes (Target.programmatic_launch)
 
     @property
     def symbol(self) -> str:
@@ -83,6 +85,7 @@ class CompiledProgram:
                          "block": list(k.block), "shared_bytes": k.shared_bytes,
                          "params": list(k.params), "writes": list(k.writes),
                          "tensor_maps": [spec.as_dict() for spec in k.tensor_maps], "persistent": k.persistent,
+                         "programmatic": k.programmatic,
                          "measured_ms": k.measured_ms,
                          "predicted_ms": k.predicted_ms}
                         for k in self.kernels],

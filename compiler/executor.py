@@ -79,7 +79,8 @@ def launch_grid(kernel: CompiledKernel, sm_count: int) -> tuple[int, int, int]:
 def kernel_launch(kernel: CompiledKernel, function: runtime.Function, pointers: dict[str, int]) -> runtime.Launch:
     """`kernel`'s launch on this GPU with its buffers at `pointers` (and its tensor maps encoded for them)."""
     return runtime.Launch(function, launch_grid(kernel, runtime.sm_count()), kernel.block,
-                          launch_arguments(kernel.params, kernel.tensor_maps, pointers), kernel.shared_bytes)
+                          launch_arguments(kernel.params, kernel.tensor_maps, pointers), kernel.shared_bytes,
+                          kernel.programmatic)
 
 
 def kernel_launches(kernels: Sequence[CompiledKernel], functions: Sequence[runtime.Function],
@@ -135,7 +136,8 @@ class Session:
 
     def launch(self, position: int) -> None:
         item = kernel_launch(self.program.kernels[position], self.functions[position], self.pointers)
-        runtime.launch(item.function, item.grid, item.block, item.args, item.shared_bytes)
+        runtime.launch(item.function, item.grid, item.block, item.args, item.shared_bytes,
+                       programmatic=item.programmatic)
 
     def launches(self) -> list[runtime.Launch]:
         """Every kernel's launch on this session's buffers, in order."""

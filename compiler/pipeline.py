@@ -667,7 +667,7 @@ def _assembled(graph: Graph, target: Target, seed: int, program: KernelProgram, 
                                       kernel.schedule.as_dict(), source, cubin, kernel.grid, kernel.block,
                                       kernel.params, kernel.writes, measured, predicted,
                                       kernel.shared_bytes, kernel.tensor_maps, kernel.persistent,
-                                      kernel.entry))
+                                      kernel.entry, target.programmatic_launch))
     return Program(graph.name, target.name, dict(program.buffers), program.inputs, tuple(program.outputs),
                    kernels, graph, program, seed, VERSION, report if report is not None else {})
 

@@ -178,7 +178,7 @@ def load(path: str | os.PathLike) -> Program:
                                   tuple(k["grid"]), tuple(k["block"]), tuple(k["params"]), tuple(k["writes"]),
                                   k["measured_ms"], k.get("predicted_ms"), k.get("shared_bytes", 0),
                                   tuple(TensorMapSpec.from_dict(t) for t in k.get("tensor_maps", ())),
-                                  k.get("persistent", False), k.get("entry", ""))
+                                  k.get("persistent", False), k.get("entry", ""), k.get("programmatic", False))
                    for k in doc["kernels"]]
         extra = json.loads((folder / "graph.json").read_text())
         bound: dict[str, Any] = {}

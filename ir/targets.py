@@ -35,6 +35,9 @@ class Target:
     wgmma_flops: float = 640e12
     launch_s: float = 3e-6              # one launch and its gap on the stream (measured ~4 us with events, H200)
     gpcs: int = 8                       # graphics processing clusters: a thread-block cluster runs within one
+    # programmatic dependent launch (sm_90): a kernel may start while the one before it finishes, waiting in its
+    # first statement (griddepcontrol.wait) for that kernel's writes, so that launches overlap
+    programmatic_launch: bool = True
     # the model refitted to this GPU's measured kernels (search/refit.py): (archetype, scale, power), a kernel's time
     # t priced scale * t ** power; none where no records were fitted
     corrections: tuple[tuple[str, float, float], ...] = ()
@@ -45,7 +48,8 @@ TARGETS: dict[str, Target] = {
     "sm90": Target("sm90", "sm_90", "NVIDIA Hopper (H100, H200)", 132, 227 * 1024, 60 * 2**20, 4.3e12, 67e12),
     "sm80": Target("sm80", "sm_80", "NVIDIA Ampere (A100)", 108, 163 * 1024, 40 * 2**20, 1.9e12, 19.5e12,
                    shared_bytes_per_sm=164 * 1024, l2_bytes_per_s=5e12, tensor_flops=312e12,
-                   mma_sync_flops=220e12, wgmma_flops=0.0, gpcs=7),   # mma.sync: an estimate (70%), not measured
+                   mma_sync_flops=220e12, wgmma_flops=0.0, gpcs=7,   # mma.sync: an estimate (70%), not measured
+                   programmatic_launch=False),
 }
 
 

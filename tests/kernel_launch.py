@@ -22,7 +22,8 @@ POISON = 0xFF   # NaN in every float dtype (-1 as int32, 255 as bool): an elemen
 def run_rendered(program: KernelProgram, kernels: Sequence[RenderedKernel],
                  inputs: dict[str, np.ndarray], replay: bool = False) -> dict[str, np.ndarray]:
     """`kernels` launched in order on fresh device buffers, every non-input poisoned; outputs by graph name.
-    With `replay`, the launches are made as a program's call makes them: one CUDA graph, replayed."""
+    With `replay`, the launches are made as a program's call on sm90 makes them: one CUDA graph of programmatic
+    dependent launches, replayed."""
     buffers = {}
     for name, buf in program.buffers.items():
         buffers[name] = runtime.DeviceBuffer(buf.nbytes)
@@ -36,7 +37,8 @@ def run_rendered(program: KernelProgram, kernels: Sequence[RenderedKernel],
         function = runtime.Module(cubin).function(kernel.entry)
         pointers = {name: buf.ptr for name, buf in buffers.items()}
         args = launch_arguments(kernel.params, kernel.tensor_maps, pointers)
-        launches.append(runtime.Launch(function, kernel.grid, kernel.block, args, kernel.shared_bytes))
+        launches.append(runtime.Launch(function, kernel.grid, kernel.block, args, kernel.shared_bytes,
+                                       programmatic=True))
         if not replay:
             runtime.launch(function, kernel.grid, kernel.block, args, kernel.shared_bytes, sync=True)
     if replay:

@@ -49,9 +49,9 @@ def test_persistent_kernel_on_fewer_sms_matches_reference(monkeypatch) -> None:
     monkeypatch.setattr(runtime, "sm_count", lambda: 5)
     grids, launch = [], runtime.launch
 
-    def recording_launch(function, grid, *args):
+    def recording_launch(function, grid, *args, **options):
         grids.append(grid)
-        return launch(function, grid, *args)
+        return launch(function, grid, *args, **options)
     monkeypatch.setattr(runtime, "launch", recording_launch)
     inputs = random_inputs(graph, seed=99)
     for check in compare(graph, program(device="cuda", **inputs), ts.evaluate(graph, inputs)):
