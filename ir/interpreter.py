@@ -21,7 +21,8 @@ from .graph import Graph
 from .host_arrays import cast, cast_into
 from .node import Node, toposort
 from .ops import VIEWS, Op
-from .patterns import GatherMatch, MatmulMatch, lookup_ids, lookup_reads, match_gather, match_matmul
+from .patterns import (GatherMatch, MatmulMatch, lookup_ids, lookup_reads, match_gather, match_loose_matmul,
+                       match_matmul)
 from .streaming import (STREAM_ELEMENTS, Region, Stream, blocks, full_region, pad_widths, reduced_region,
                         region_shape, region_slices, streams, view_source_region)
 
@@ -113,7 +114,7 @@ class Plan:
         if (lookup := self.lookups.get(id(node))) is not None:
             return [lookup.values, lookup.ids]
         if (match := self.matmuls.get(id(node))) is not None:
-            return [match.lhs.srcs[0], match.rhs.srcs[0]]
+            return [operand_source(match.lhs), operand_source(match.rhs)]
         if (stream := self.streamed.get(id(node))) is not None:
             return list(stream.frontier)
         return list(node.srcs)
@@ -122,7 +123,7 @@ class Plan:
 def evaluation_plan(roots: Iterable[Node], stream: bool = True) -> Plan:
     order = toposort(list(roots))
     lookups = {id(n): lookup for n in order if (lookup := match_gather(n)) is not None and _broadcast_table(lookup)}
-    matmuls = {id(n): m for n in order if id(n) not in lookups and (m := match_matmul(n)) is not None}
+    matmuls = {id(n): m for n in order if id(n) not in lookups and (m := match_loose_matmul(n)) is not None}
     plan = Plan(order, matmuls, streams(order, set(matmuls) | set(lookups)) if stream else {}, set(), lookups)
     stack = list(roots)
     while stack:
@@ -193,8 +194,9 @@ def evaluate_nodes(roots: Iterable[Node], leaves: Mapping[str, np.ndarray],
                               if rows.dtype.kind == "f" else rows)
             elif id(node) in plan.matmuls:
                 match = plan.matmuls[id(node)]
-                lhs, rhs = matmul_operands(match, values[id(match.lhs.srcs[0])], values[id(match.rhs.srcs[0])])
-                if registers:
+                lhs, rhs = matmul_operands(match, values[id(operand_source(match.lhs))],
+                                           values[id(operand_source(match.rhs))])
+                if registers and match_matmul(node) is not None:   # a single row's product runs in a row kernel
                     lhs, rhs = _mma_operand(lhs, match.lhs.dtype), _mma_operand(rhs, match.rhs.dtype)
                 product = widening_matmul(lhs, rhs, width, scratch)   # a batch both sides broadcast: whole, a view
                 value = _kept(node, product if product.shape == node.shape else np.broadcast_to(product, node.shape))
@@ -366,13 +368,13 @@ class _Blocks:
 
 
 def _broadcast_table(lookup: GatherMatch) -> bool:
-    """Whether a lookup's values are a broadcast of something smaller than its product (a table, expanded along the
-    ids' axes), which `looked_up` reads rows of; values computed at the product's size are summed as any sum is (in
-    blocks, streaming.py), not made whole."""
+    """Whether a lookup's values are an input (a table, one token's embedding among them) or a broadcast of something
+    smaller than its product (expanded along the ids' axes), which `looked_up` reads rows of; values computed at the
+    product's size are summed as any sum is (in blocks, streaming.py), not made whole."""
     source = lookup.values
     while source.op in VIEWS:
         source = source.srcs[0]
-    return source.size < lookup.reduce.srcs[0].size
+    return source.op == Op.INPUT or source.size < lookup.reduce.srcs[0].size   # an input is held whole anyway
 
 
 def looked_up(lookup: GatherMatch, table: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -387,9 +389,16 @@ def looked_up(lookup: GatherMatch, table: np.ndarray, ids: np.ndarray) -> np.nda
     return np.where((ids >= 0) & (ids < length), picked.squeeze(axis), 0).astype(table.dtype, copy=False)
 
 
+def operand_source(operand: Node) -> Node:
+    """The node whose value a matrix product's operand broadcasts: its expand's source, or the operand itself where
+    the product has one row (or one column) and nothing is expanded along it."""
+    return operand.srcs[0] if operand.op == Op.EXPAND else operand
+
+
 def matmul_operands(match: MatmulMatch, lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A matrix product's operands as (..., M, K) and (..., K, N) arrays, from its expands' sources ((..., M, K, 1)
-    and (..., 1, K, N)); an axis the source broadcasts (size 1: a row, a column or K) is made whole, as a view."""
+    """A matrix product's operands as (..., M, K) and (..., K, N) arrays, from their sources (`operand_source`:
+    (..., M, K, 1) and (..., 1, K, N)); an axis a source broadcasts (size 1: a row, a column or K) is made whole, as
+    a view."""
     m, n, k = match.dims
     lhs, rhs = lhs[..., 0], rhs[..., 0, :, :]
     return np.broadcast_to(lhs, lhs.shape[:-2] + (m, k)), np.broadcast_to(rhs, rhs.shape[:-2] + (k, n))

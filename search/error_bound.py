@@ -25,10 +25,10 @@ import numpy as np
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.interpreter import (SEMANTICS, check_inputs, evaluate_nodes, evaluation_plan, looked_up,
-                                       matmul_operands)
+                                       matmul_operands, operand_source)
 from tensorsmith.ir.node import Node, toposort
 from tensorsmith.ir.ops import VIEWS, Op
-from tensorsmith.ir.patterns import match_matmul
+from tensorsmith.ir.patterns import match_loose_matmul
 
 UNIT_ROUNDOFF = {DType.FLOAT32: 2.0**-24, DType.FLOAT16: 2.0**-11, DType.BFLOAT16: 2.0**-8}
 FUNCTION_ULPS = 4   # CUDA's exp2f, log2f, sinf, sqrtf and division are within a few ulp of the rounded result
@@ -80,9 +80,9 @@ def _bound(node: Node, values: dict[int, np.ndarray], bounds: dict[int, np.ndarr
         return np.zeros(())
     value = np.abs(np.asarray(values[id(node)], np.float64))
     own = _unit(node) * value
-    match = match_matmul(node)
+    match = match_loose_matmul(node)   # as evaluation_plan takes products, a single row's too
     if match is not None:
-        left, right = match.lhs.srcs[0], match.rhs.srcs[0]
+        left, right = operand_source(match.lhs), operand_source(match.rhs)
         a, b = matmul_operands(match, values[id(left)], values[id(right)])
         ea, eb = matmul_operands(match, _like(bounds[id(left)], values[id(left)]),
                                  _like(bounds[id(right)], values[id(right)]))

@@ -110,3 +110,30 @@ def test_verification_counts_a_streamed_reductions_blocks_not_its_source() -> No
     source = math.prod((4096, 4096, 256))
     assert max(held_sizes(graph.outputs.values())) < source / 100
     assert verification_bytes(graph) < 2**30
+
+
+def test_a_single_rows_product_and_a_single_tokens_lookup_are_not_streamed() -> None:
+    """A decode step's products have one row, so nothing is expanded along M and the strict matmul match fails: they
+    were summed in blocks of their (1, K, N) product, each block's float16 weight widened again (a 2-layer Llama-1B
+    step's compile spent 14 of its 31 s so). The plan takes them as matrix products, and one token's embedding as a
+    lookup of the table's row; the values are the whole evaluation's, within float64 rounding."""
+    g = ts.Graph("decode_step")
+    x = g.input("x", (1, 64), "float16")
+    w = g.input("w", (96, 64), "float16")
+    table = g.input("table", (500, 64), "float16")
+    ids = g.input("ids", (1,), "int32")
+    heads = g.input("heads", (4, 1, 16), "float16")
+    keys = g.input("keys", (4, 32, 16), "float16")
+    g.output("y", ts.nn.linear(x, w))
+    g.output("e", ts.nn.embedding(table, ids))
+    g.output("s", heads @ keys.transpose(1, 2))
+    roots = list(g.outputs.values())
+    plan = evaluation_plan(roots)
+    assert not plan.streamed and len(plan.matmuls) == 2 and len(plan.lookups) == 1
+    inputs = check_inputs(g, random_inputs(g, seed=1))
+    values = evaluate_nodes(roots, inputs)
+    wide = {name: np.asarray(value, np.float64) for name, value in inputs.items()}
+    expected = {"y": wide["x"] @ wide["w"].T, "e": wide["table"][inputs["ids"]],
+                "s": wide["heads"] @ wide["keys"].transpose(0, 2, 1)}
+    for name, node in g.outputs.items():
+        np.testing.assert_allclose(values[id(node)], expected[name], rtol=1e-12, atol=1e-12)
