@@ -10,6 +10,7 @@ first tokens of both are compared (float16 noise may part them later). Needs a G
 model, a smoke test of the script that runs on the CPU too, where transformers compiles nothing):
 
     python benchmarks/decode.py [--layers 16] [--prompt 32] [--new 64] [--cache 2048] [--budget 20] [--kernels 12]
+                                [--save DIR]
     python benchmarks/decode.py --tiny --layers 2 --new 8 --cache 64 --budget 3 [--device cpu]
 """
 from __future__ import annotations
@@ -58,7 +59,7 @@ def synchronize(device: str) -> None:
 
 
 def ours(model: torch.nn.Module, prompt: torch.Tensor, new: int, length: int, budget: float,
-         slowest: int = 0) -> tuple[list, float]:
+         slowest: int = 0, save: str | None = None) -> tuple[list, float]:
     """Our tokens and seconds per decoded token (the prefill untimed), after compiling both programs."""
     step, n, device = Step(model), prompt.shape[1], prompt.device.type
     began = time.perf_counter()
@@ -68,6 +69,8 @@ def ours(model: torch.nn.Module, prompt: torch.Tensor, new: int, length: int, bu
                                   static_cache(model.config, length, device)), budget_s=budget)
     print(f"tensorsmith: prefill and decode programs compiled in {time.perf_counter() - began:.1f} s "
           f"({len(prefill.program.kernels)} and {len(decode.program.kernels)} kernels)")
+    if save:
+        print(f"the decode program written to {decode.program.save(save)}/")
     runs = []
     for _ in range(2):   # the first run warms the programs' device state up
         cache = static_cache(model.config, length, device)
@@ -143,7 +146,11 @@ def as_run(decode: ImportedProgram, token: torch.Tensor, position: torch.Tensor,
     """The decode step's kernels as its calls run them (CUDA graphs, the cache written in place, L2 warm), from
     PyTorch's profiler: the GPU's busy time a call against the call's wall time says whether the step waits on the
     host; the `slowest` kernels by their time a call."""
-    names = {kernel.symbol: kernel.name for kernel in decode.program.kernels}
+    sharing: dict[str, list[str]] = {}
+    for kernel in decode.program.kernels:   # a stitched model's layers run one function each, under one symbol
+        sharing.setdefault(kernel.symbol, []).append(kernel.name)
+    names = {symbol: kernels[0] + (f" (x{len(kernels)})" if len(kernels) > 1 else "")
+             for symbol, kernels in sharing.items()}
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
         start = time.perf_counter()
@@ -197,6 +204,7 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="a narrow model: a smoke test of this script")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--kernels", type=int, default=0, help="list this many of the decode step's slowest kernels")
+    parser.add_argument("--save", help="write the decode program (its kernels, program.json, report.html) here")
     args = parser.parse_args()
     torch.manual_seed(0)
     with torch.device(args.device):
@@ -204,7 +212,7 @@ def main() -> None:
     model.generation_config.eos_token_id = None          # every run makes --new tokens
     prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), device=args.device)
     with torch.no_grad():
-        our_tokens, our_s = ours(model, prompt, args.new, args.cache, args.budget, args.kernels)
+        our_tokens, our_s = ours(model, prompt, args.new, args.cache, args.budget, args.kernels, args.save)
         their_tokens, their_s = theirs(model, prompt, args.new, args.cache)
     same = next((i for i, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b), len(our_tokens))
     print(f"{'':28s} {'ms/token':>9s} {'tokens/s':>9s}")
