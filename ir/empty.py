@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import primitives as P
-from .graph import Graph
-from .node import Node, toposort
+from .graph import Graph, rebuilt
+from .node import Node
 from .ops import Op
 
 FILLS = {Op.SUM: 0, Op.PAD: 0}   # the value of every element each op makes out of an empty operand
@@ -27,20 +27,13 @@ def is_empty(node: Node) -> bool:
 def empties_folded(graph: Graph) -> Graph:
     """`graph` with each non-empty value computed from an empty one replaced by the constant it equals; the same
     graph where there is none."""
-    new: dict[int, Node] = {}
-    for node in toposort(graph.outputs.values()):
-        if not is_empty(node) and any(is_empty(src) for src in node.srcs):
-            if node.op not in FILLS:
-                raise AssertionError(f"{node} has elements but an empty operand; only {sorted(map(str, FILLS))} can")
-            fill = P.constant(FILLS[node.op], node.shape, node.dtype)
-            new[id(node)] = replace(fill, where=node.where, api=node.api)
-        elif any(new[id(src)] is not src for src in node.srcs):
-            new[id(node)] = replace(node, srcs=tuple(new[id(src)] for src in node.srcs))
-        else:
-            new[id(node)] = node
-    if all(new[id(node)] is node for node in graph.outputs.values()):
-        return graph
-    folded = Graph(graph.name)
-    folded.inputs.update(graph.inputs)
-    folded.outputs.update((name, new[id(node)]) for name, node in graph.outputs.items())
-    return folded
+    return rebuilt(graph, _fill)
+
+
+def _fill(node: Node, new: dict[int, Node]) -> Node | None:
+    """The constant a value with elements computed from an empty operand equals; None for any other value."""
+    if is_empty(node) or not any(is_empty(src) for src in node.srcs):
+        return None
+    if node.op not in FILLS:
+        raise AssertionError(f"{node} has elements but an empty operand; only {sorted(map(str, FILLS))} can")
+    return replace(P.constant(FILLS[node.op], node.shape, node.dtype), where=node.where, api=node.api)

@@ -1,9 +1,10 @@
 """Graph: named inputs and outputs over a DAG of Nodes."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
-from typing import Sequence
+from typing import Callable, Sequence
 
 from . import primitives as P
 from .dtypes import DType
@@ -86,3 +87,24 @@ class Graph:
         ins = ", ".join(f"{k}{list(v.shape)}:{v.dtype}" for k, v in self.inputs.items())
         outs = ", ".join(f"{k}{list(v.shape)}:{v.dtype}" for k, v in self.outputs.items())
         return f"Graph({self.name!r}, inputs=[{ins}], outputs=[{outs}])"
+
+
+def rebuilt(graph: Graph, replacement: Callable[[Node, dict[int, Node]], Node | None]) -> Graph:
+    """`graph` with each node for which `replacement(node, new)` gives a node replaced by it (`new` holds the rebuilt
+    nodes below, by id of the original), and every node above a replaced one rebuilt over its new sources; the same
+    graph where nothing changes."""
+    new: dict[int, Node] = {}
+    for node in toposort(graph.outputs.values()):
+        changed = replacement(node, new)
+        if changed is not None:
+            new[id(node)] = changed
+        elif any(new[id(src)] is not src for src in node.srcs):
+            new[id(node)] = dataclasses.replace(node, srcs=tuple(new[id(src)] for src in node.srcs))
+        else:
+            new[id(node)] = node
+    if all(new[id(node)] is node for node in graph.outputs.values()):
+        return graph
+    result = Graph(graph.name)
+    result.inputs.update(graph.inputs)
+    result.outputs.update((name, new[id(node)]) for name, node in graph.outputs.items())
+    return result

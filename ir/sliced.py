@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .graph import Graph
+from .graph import Graph, rebuilt
 from .node import Node, squeezed, toposort
 from .ops import ELEMENTWISE, REDUCE, Op
 from .patterns import match_gather
@@ -24,21 +24,13 @@ def slices_sunk(graph: Graph) -> Graph:
             readers[id(src)] = readers.get(id(src), 0) + 1
     for node in graph.outputs.values():
         readers[id(node)] = readers.get(id(node), 0) + 1
-    new: dict[int, Node] = {}
-    for node in order:
+
+    def sunk(node: Node, new: dict[int, Node]) -> Node | None:
         source = node.srcs[0] if node.op == Op.SLICE else None
         if source is not None and readers[id(source)] == 1 and _sources_bounds(source, node.arg) is not None:
-            new[id(node)] = _sunk(source, node.arg, readers, new)
-        elif any(new[id(src)] is not src for src in node.srcs):
-            new[id(node)] = replace(node, srcs=tuple(new[id(src)] for src in node.srcs))
-        else:
-            new[id(node)] = node
-    if all(new[id(node)] is node for node in graph.outputs.values()):
-        return graph
-    sunk = Graph(graph.name)
-    sunk.inputs.update(graph.inputs)
-    sunk.outputs.update((name, new[id(node)]) for name, node in graph.outputs.items())
-    return sunk
+            return _sunk(source, node.arg, readers, new)
+        return None
+    return rebuilt(graph, sunk)
 
 
 def _sunk(node: Node, bounds: Bounds, readers: dict[int, int], new: dict[int, Node]) -> Node:
