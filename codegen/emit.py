@@ -139,6 +139,17 @@ def _reshape_index(index: Index, shape: tuple[int, ...], src_shape: tuple[int, .
     return delinearize(linear_index(index, shape), src_shape)
 
 
+@dataclass(frozen=True)
+class Gathered:
+    """A lookup the emitter read: the variable holding the row it selects, the condition under which that row is
+    in the table (else the lookup is zero), and how many statements compute the row (the first `lines`)."""
+
+    lookup: GatherMatch
+    row: str
+    valid: str
+    lines: int
+
+
 @dataclass
 class Emitter:
     """Accumulates the statements that compute values of a kernel body."""
@@ -148,6 +159,7 @@ class Emitter:
     reduced: dict[int, tuple[Index, str]] = field(default_factory=dict)
     accesses: list[tuple[Node, Index]] = field(default_factory=list)        # every load, for planning
     preloaded: dict[tuple[str, Index], str] = field(default_factory=dict)  # (buffer, index) -> register value
+    gathers: list[Gathered] = field(default_factory=list)   # every lookup read, for planning
     _memo: list[dict[tuple[int, Index], str]] = field(default_factory=lambda: [{}])
     _invariants: _Invariants | None = None
     _count: int = 0
@@ -299,6 +311,7 @@ class Emitter:
         ids = self.value(lookup.ids, tuple("0" if a is None else product_index[a] for a in lookup.ids_axes))
         row = self.fresh("row")
         self.line(f"const int {row} = min(max({ids}, 0), {length - 1});   // clamped: the load stays in bounds")
+        self.gathers.append(Gathered(lookup, row, f"({ids} >= 0 && {ids} < {length})", len(self.lines)))
         if self._invariants is not None:    # in a loop, and the row depends on its variables: so do the row's loads
             self._invariants.add_variable(row)
         picked = self.value(lookup.values, index[:axis] + (row,) + index[axis:])

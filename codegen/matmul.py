@@ -18,11 +18,11 @@ from functools import lru_cache
 from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.node import Node, squeezed
-from tensorsmith.ir.ops import Op
+from tensorsmith.ir.ops import VIEWS, Op
 from tensorsmith.ir.patterns import MatmulMatch, match_gather, match_matmul
 from tensorsmith.ir.targets import TARGETS
 
-from .emit import Emitter, NotFusable, delinearize, linear_index, pair_store
+from .emit import Emitter, Gathered, Index, NotFusable, delinearize, linear_index, pair_store
 from .declare import PYTHON
 from .spaces import (MATMUL, MMA_BYTES, SM_COUNT, VECTOR_BYTES, WGMMA_ALIGN, matmul_pad, matmul_shared_bytes,
                      split_partial_bytes, wgmma_shared_bytes)
@@ -273,10 +273,36 @@ def _operand(shapes: dict, node: Node, index: tuple[str, ...],
     major = axes[1] if innermost == axes[1] else axes[0]
     copy = None
     if len(loads) == 1 and len(emitter.accesses) == 1 and len(emitter.lines) == 1 and loads[0][0].dtype == node.dtype:
-        leaf, where = loads[0]
-        shape = shapes[leaf.arg]
-        while len(shape) > 1 and shape[-1] == 1 and where[-1] == "0":   # a matrix kept with a trailing unit axis
-            shape, where = shape[:-1], where[:-1]
-        if where[-1] == major and shape[-1] % chunk(node.dtype) == 0:
-            copy = {"buffer": leaf.arg, "offset": linear_index(where, shape), "where": where, "shape": shape}
+        copy = _copy_plan(shapes, *loads[0], major, node.dtype)
+    elif (gathered := _gathered_rows(emitter, node)) is not None:
+        table = [(leaf, where) for leaf, where in loads if gathered.row in where]
+        if len(table) == 1 and table[0][0].dtype == node.dtype:
+            copy = _copy_plan(shapes, *table[0], major, node.dtype)
+            if copy is not None:
+                copy.update(lines="\n".join(emitter.lines[:gathered.lines]), valid=gathered.valid)
     return emitter.lines, value, major, copy
+
+
+def _copy_plan(shapes: dict, leaf: Node, where: Index, major: str, dtype: DType) -> dict | None:
+    """The copy of an operand read from `leaf` at `where` in 16-byte chunks along `major`, where it is contiguous."""
+    shape = shapes[leaf.arg]
+    while len(shape) > 1 and shape[-1] == 1 and where[-1] == "0":   # a matrix kept with a trailing unit axis
+        shape, where = shape[:-1], where[:-1]
+    if where[-1] != major or shape[-1] % chunk(dtype) != 0:
+        return None
+    return {"buffer": leaf.arg, "offset": linear_index(where, shape), "where": where, "shape": shape, "lines": "",
+            "valid": ""}   # a gathered operand's: the statements that select its row, and when that row is there
+
+
+def _gathered_rows(emitter: Emitter, node: Node) -> Gathered | None:
+    """The one lookup an operand is, through views, where the emitter read nothing but its ids and its table's row:
+    the rows of an expert's weight that a tile of routed tokens selects. Its tiles are copied as a buffer's are, from
+    the selected row (its statements first), and zero-filled where the id is out of the table."""
+    while node.op in VIEWS:
+        node = node.srcs[0]
+    if len(emitter.gathers) != 1 or emitter.gathers[0].lookup.reduce is not node:
+        return None
+    values = emitter.gathers[0].lookup.values
+    while values.op in VIEWS:
+        values = values.srcs[0]
+    return emitter.gathers[0] if values.op == Op.INPUT else None

@@ -72,6 +72,18 @@ def _unit_axes(residual: bool) -> ts.Graph:
     return g
 
 
+def expert_tiles(padded: bool = False) -> ts.Graph:
+    """Tiles of routed tokens, each multiplied by the weight of the expert it was routed to (stored (N, K) per expert,
+    as nn.Linear stores it): a batched product whose right operand is a lookup, copied from the selected expert's
+    rows; ragged N and K. `padded`: the ids are computed (picks - 1), so that a tile routed to no expert (-1, a
+    padding tile) is possible, and gets zeros."""
+    g = ts.Graph("expert_tiles_padded" if padded else "expert_tiles")
+    x, picks = g.input("x", (6, 64, 136), "float16"), g.input("picks", (6,), "int32")
+    experts = nn.take(g.input("w", (4, 200, 136), "float16"), picks - 1 if padded else picks, 0)   # (6, 200, 136)
+    g.output("y", x @ experts.transpose(1, 2))
+    return g
+
+
 MATMUL_CASES: dict[str, Callable[[], ts.Graph]] = {
     "dividing": lambda: _product("dividing", 128, 256, 128),
     "ragged": lambda: _product("ragged", 100, 72, 40),
@@ -87,6 +99,7 @@ MATMUL_CASES: dict[str, Callable[[], ts.Graph]] = {
     "shared_weight": _shared_weight,
     "unit_axes_residual": lambda: _unit_axes(residual=True),
     "unit_axes_output": lambda: _unit_axes(residual=False),
+    "expert_tiles": expert_tiles,
     # float32 as 3xTF32: 4-float copies, ragged tiles, every operand layout, and K in no whole copy (the prologue)
     "float32_ragged": lambda: _product("f32_ragged", 100, 72, 40, "float32"),
     "float32_b_transposed": lambda: _product("f32_b_t", 128, 256, 128, "float32", b_t=True),

@@ -9,7 +9,7 @@ import pytest
 
 import tensorsmith as ts
 
-from matmul_cases import MANY_TILE_CASES, MATMUL_CASES, MATMUL_SCHEDULES, matmul_program
+from matmul_cases import MANY_TILE_CASES, MATMUL_CASES, MATMUL_SCHEDULES, expert_tiles, matmul_program
 from tensorsmith.codegen import render
 from tensorsmith.codegen.matmul import SM_COUNT, matmul_body, shared_bytes, wgmma_shared_bytes
 from tensorsmith.codegen.nvrtc import compile_cubin, is_cubin
@@ -290,3 +290,26 @@ def test_a_matmul_whose_operand_is_a_broadcast_scalar_compiles_and_matches() -> 
     inputs = random_inputs(g, seed=4)
     out, ref = program(device="cpu", **inputs)["out1"], ts.evaluate(g, inputs)["out1"]
     assert np.abs(out.astype(np.float64) - ref).max() < 2e-2 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("schedule", [None, {"bm": 64, "bn": 128, "bk": 64, "stages": 4, "warps_m": 1, "warps_n": 4,
+                                             "split_k": 1, "wgmma": 1}], ids=["default", "wgmma"])
+def test_an_experts_weight_selected_by_a_tile_is_copied_from_its_rows(schedule: dict[str, int] | None) -> None:
+    """Tiles of routed tokens times the weight of each tile's expert: the lookup stays in the matmul kernel and the
+    weight's tiles are copied asynchronously from the selected expert's rows (zero-filled for an id outside the
+    table), not gathered into a buffer of their own first (a copy of a whole expert weight per tile)."""
+    graph = expert_tiles(padded=True)
+    program, kernel = matmul_program(graph, schedule)
+    assert [k.archetype for k in program.kernels] == ["matmul"]
+    assert (kernel.arch == "sm_90a") if schedule else ("A and B copied asynchronously" in kernel.source)
+    copy = next(line for line in kernel.source.splitlines() if "cp_async_16" in line and "g_w[" in line)
+    assert "(row" in copy and "&& (" in copy and ">= 0 &&" in copy, copy
+    assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))
+    rng = np.random.default_rng(5)
+    inputs = {"x": rng.standard_normal((6, 64, 136)).astype(np.float16),
+              "picks": np.array([1, 0, 4, 2, 0, 3], np.int32),            # tiles 1 and 4: no expert
+              "w": (rng.standard_normal((4, 200, 136)) / 12).astype(np.float16)}
+    out = program.execute(inputs)["y"]
+    reference = ts.evaluate(graph, inputs)["y"]
+    assert not out[[1, 4]].any() and all(out[tile].any() for tile in (0, 2, 3, 5))
+    assert np.linalg.norm(out - reference) / np.linalg.norm(reference) < 1e-3

@@ -9,7 +9,8 @@ import pytest
 import tensorsmith as ts
 from graph_cases import decoder_block
 from kernel_launch import run_rendered
-from matmul_cases import MANY_TILE_CASES, MATMUL_CASES, MATMUL_SCHEDULES, PERSISTENT_SCHEDULES, matmul_program
+from matmul_cases import (MANY_TILE_CASES, MATMUL_CASES, MATMUL_SCHEDULES, PERSISTENT_SCHEDULES, expert_tiles,
+                          matmul_program)
 from tensorsmith.codegen.matmul import takes_wgmma
 from tensorsmith.codegen.render import render_program
 from tensorsmith.codegen.schedules import default_schedule
@@ -133,3 +134,18 @@ def test_a_matrix_vector_product_with_vector_loads_matches_reference(layout: str
         out = run_rendered(program, kernels, inputs)["y"]
         assert not np.isnan(out).any(), "unwritten (poisoned) elements"
         assert relative_l2(out, ts.evaluate(graph, inputs)["y"]) < 1e-2
+
+
+@pytest.mark.parametrize("schedule", [None, {"bm": 64, "bn": 128, "bk": 64, "stages": 4, "warps_m": 1, "warps_n": 4,
+                                             "split_k": 1, "wgmma": 1}], ids=["default", "wgmma"])
+def test_tiles_routed_to_no_expert_are_zero_and_the_others_match(schedule: dict[str, int] | None) -> None:
+    """The copies of an expert's weight zero-fill a tile whose id is outside the table (padding), as the lookup's
+    value is zero there; every other tile is its expert's product."""
+    graph = expert_tiles(padded=True)
+    rng = np.random.default_rng(9)
+    inputs = {"x": rng.standard_normal((6, 64, 136)).astype(np.float16),
+              "picks": np.array([1, 0, 4, 2, 0, 3], np.int32),
+              "w": (rng.standard_normal((4, 200, 136)) / 12).astype(np.float16)}
+    out = _run_matmul_kernel(graph, schedule, inputs)
+    assert not out[[1, 4]].any()
+    assert relative_l2(out, ts.evaluate(graph, inputs)["y"]) < 1e-2
