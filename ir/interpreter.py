@@ -368,13 +368,15 @@ class _Blocks:
 
 
 def _broadcast_table(lookup: GatherMatch) -> bool:
-    """Whether a lookup's values are an input (a table, one token's embedding among them) or a broadcast of something
-    smaller than its product (expanded along the ids' axes), which `looked_up` reads rows of; values computed at the
-    product's size are summed as any sum is (in blocks, streaming.py), not made whole."""
+    """Whether a lookup's values are a broadcast of something smaller than its product (a table, expanded along the
+    ids' axes) or an input table too large to sum in one piece (one token's embedding of a vocabulary), which
+    `looked_up` reads rows of; values computed at the product's size are summed as any sum is (in blocks,
+    streaming.py), not made whole."""
     source = lookup.values
     while source.op in VIEWS:
         source = source.srcs[0]
-    return source.op == Op.INPUT or source.size < lookup.reduce.srcs[0].size   # an input is held whole anyway
+    product = lookup.reduce.srcs[0].size
+    return source.size < product or (source.op == Op.INPUT and product > STREAM_ELEMENTS)   # else summed in blocks
 
 
 def looked_up(lookup: GatherMatch, table: np.ndarray, ids: np.ndarray) -> np.ndarray:

@@ -115,12 +115,12 @@ def test_verification_counts_a_streamed_reductions_blocks_not_its_source() -> No
 def test_a_single_rows_product_and_a_single_tokens_lookup_are_not_streamed() -> None:
     """A decode step's products have one row, so nothing is expanded along M and the strict matmul match fails: they
     were summed in blocks of their (1, K, N) product, each block's float16 weight widened again (a 2-layer Llama-1B
-    step's compile spent 14 of its 31 s so). The plan takes them as matrix products, and one token's embedding as a
-    lookup of the table's row; the values are the whole evaluation's, within float64 rounding."""
+    step's compile spent 14 of its 31 s so). The plan takes them as matrix products, and one token's embedding of a
+    large table as a lookup of the table's row; the values are numpy's, within float64 rounding."""
     g = ts.Graph("decode_step")
     x = g.input("x", (1, 64), "float16")
     w = g.input("w", (96, 64), "float16")
-    table = g.input("table", (500, 64), "float16")
+    table = g.input("table", (20000, 64), "float16")     # a vocabulary: more elements than a block
     ids = g.input("ids", (1,), "int32")
     heads = g.input("heads", (4, 1, 16), "float16")
     keys = g.input("keys", (4, 32, 16), "float16")
