@@ -128,8 +128,8 @@ def computed_operands(graph: Graph) -> list[Node]:
     An operand computed elementwise (a normalised activation, a scaled weight) is computed element by element as
     its tiles load, which rules out the asynchronous copies and TMA: its elementwise node is listed. An operand
     that is a view of another kernel's output (an attention's heads permuted back into rows) is listed as its
-    view, whose buffer is then a plain copy. An attention's two products are not counted: its kernel computes
-    them from its operands.
+    view, whose buffer is then a plain copy, but for a lookup of a table's rows, which the matmul copies from
+    those rows. An attention's two products are not counted: its kernel computes them from its operands.
     """
     nodes = graph.nodes()
     in_attention = _attention_products(nodes)
@@ -143,9 +143,16 @@ def computed_operands(graph: Graph) -> list[Node]:
             source = _below_views(operand.srcs[0])
             if source.op in ELEMENTWISE:
                 found.setdefault(id(source), source)
-            elif source.op in REDUCE and view is not source:
+            elif source.op in REDUCE and view is not source and not _copied_lookup(source):
                 found.setdefault(id(view), view)
     return _in_graph_order(nodes, found)
+
+
+def _copied_lookup(node: Node) -> bool:
+    """Whether `node` is a lookup of a table that is not computed elementwise (an expert's weight, a buffer's rows),
+    which the matmul copies from the rows it selects, through any view: a buffer of its own would copy it first."""
+    lookup = match_gather(node)
+    return lookup is not None and _below_views(lookup.values).op not in ELEMENTWISE
 
 
 def vector_operands(graph: Graph) -> list[Node]:

@@ -13,7 +13,8 @@ import pytest
 import tensorsmith as ts
 from tensorsmith import rewrites
 from tensorsmith.ir.graph import Graph
-from tensorsmith.ir.ops import Op
+from tensorsmith.ir.ops import VIEWS, Op
+from tensorsmith.ir.patterns import match_matmul
 from tensorsmith.ir.targets import get_target
 from tensorsmith.search import canonical_hash, extract_forms, search_program
 from tensorsmith.search.beam import BeamConfig, beam
@@ -153,23 +154,37 @@ def test_a_long_reduction_is_taken_as_the_reduction_of_its_chunks(reduction: str
     assert abs(program(device="cpu", **inputs)["r"] - want) < 1e-2
 
 
-def test_a_constant_scale_on_each_weight_runs_in_the_products_epilogues() -> None:
-    """A gated MLP whose weights are scaled in the graph (one plain, two read transposed as linear layers read them):
-    as written each scale is a pointwise pass over a whole weight; compiled, each weight is read by its product
-    alone, unscaled, the scale applied after the sum, and the result matches the interpreter."""
+def _scaled_weights_mlp() -> Graph:
     g = Graph("scaled_weights")
     x = g.input("x", (64, 256), "float16")
     gate, up, down = (g.input(name, shape, "float16") for name, shape in
                       (("gate", (384, 256)), ("up", (256, 384)), ("down", (256, 384))))
     hidden = ts.nn.silu(ts.nn.linear(x, gate * 0.5)) * (x @ (up * 0.25))
     g.output("y", ts.nn.linear(hidden, down * 2.0))
-    program = ts.compile(g, budget_s=CHOICE_S, profile=False, cache=False)
-    for weight in ("gate", "up", "down"):
-        (kernel,) = [k for k in program.kernel_program.kernels if weight in k.reads]
-        product = next(node for node in kernel.body if node.op == Op.SUM)
-        assert not any(node.op == Op.CONSTANT and node.arg in (0.5, 0.25, 2.0)
-                       for node in ts.ir.node.toposort([product])), weight
-    assert "matmul_scaled_weight" in str(program.report["forms"])
-    inputs = ts.search.verify.random_inputs(g, seed=2)
-    for check in ts.search.verify.compare(g, program(device="cpu", **inputs), ts.evaluate(g, inputs)):
+    return g
+
+
+def _scales_in_products(graph: Graph) -> int:
+    """How many matrix products of `graph` multiply a weight scaled first (an operand that is, through views, an
+    input weight times a constant)."""
+    def scaled(operand: ts.ir.node.Node) -> bool:
+        while operand.op in VIEWS:
+            operand = operand.srcs[0]
+        return operand.op == Op.MUL and {src.op for src in operand.srcs} <= {Op.INPUT, Op.CONSTANT, *VIEWS}
+    products = [match for node in graph.nodes() if (match := match_matmul(node)) is not None]
+    return sum(scaled(match.lhs) or scaled(match.rhs) for match in products)
+
+
+def test_a_constant_scale_on_each_weight_leaves_the_products_in_the_cheapest_form() -> None:
+    """A gated MLP whose weights are scaled in the graph (one plain, two read transposed as linear layers read them):
+    as written each scale is a pass over a whole weight inside its product's operand; the cheapest form the e-graph
+    gives multiplies the unscaled weights and scales after the sums, and a compile of it matches the interpreter."""
+    graph = _scaled_weights_mlp()
+    forms = extract_forms(rewrites.saturate(graph))
+    cheapest = min(forms, key=lambda form: form.seconds)
+    assert _scales_in_products(forms[0].graph) == 3 and _scales_in_products(cheapest.graph) == 0
+    assert cheapest.seconds < forms[0].seconds
+    program = ts.compile(graph, budget_s=BUDGET_S, profile=False, cache=False)
+    inputs = ts.search.verify.random_inputs(graph, seed=2)
+    for check in ts.search.verify.compare(graph, program(device="cpu", **inputs), ts.evaluate(graph, inputs)):
         assert check.ok, check

@@ -241,3 +241,17 @@ def test_a_vocabulary_projection_reads_its_normalised_vector_from_a_buffer() -> 
     greedy_s = sum(kernel_seconds(k, greedy, SM90) for k in greedy.kernels)
     assert sum(kernel_seconds(k, materialised, SM90) for k in materialised.kernels) < 0.7 * greedy_s
     verify_program(g, materialised, seed=3)
+
+
+def test_an_experts_weight_selected_per_tile_is_not_given_a_buffer() -> None:
+    """Each tile of routed tokens times its expert's weight, read transposed as nn.Linear stores it: the lookup is
+    copied by the matmul from the selected expert's rows, so the transposed view of it is not listed as an operand
+    to materialise (its buffer would be a copy of a whole expert weight per tile); a lookup of a table computed
+    elementwise still is."""
+    g = ts.Graph("expert_tiles")
+    x, picks = g.input("x", (24, 64, 256), "float16"), g.input("picks", (24,), "int32")
+    w = g.input("w", (8, 512, 256), "float16")
+    g.output("y", x @ nn.take(w, picks, 0).transpose(1, 2))
+    g.output("z", x @ nn.take(w * 2.0, picks, 0).transpose(1, 2))
+    (listed,) = computed_operands(g)                                   # z's, not y's
+    assert listed.op in VIEWS and any(node.op == Op.MUL for node in ts.ir.node.toposort([listed]))
