@@ -19,10 +19,8 @@ from .program import Program
 
 
 def without_empty_outputs(graph: Graph) -> Graph | None:
-    """`graph` with its non-empty outputs alone (the same graph where none is empty); None where all are empty."""
+    """`graph` with its non-empty outputs alone; None where all are empty."""
     kept = {name: node for name, node in graph.outputs.items() if not is_empty(node)}
-    if len(kept) == len(graph.outputs):
-        return graph
     if not kept:
         return None
     rest = Graph(graph.name)
@@ -33,10 +31,9 @@ def without_empty_outputs(graph: Graph) -> Graph | None:
 
 def with_empty_outputs(graph: Graph, target: str, version: str, seed: int,
                        compile_rest: Callable[[Graph], Program]) -> Program:
-    """The program of `graph`: its non-empty outputs compiled by `compile_rest`, its empty ones given buffers."""
+    """The program of `graph`, some of whose outputs are empty: its non-empty outputs compiled by `compile_rest`, its
+    empty ones given buffers."""
     rest = without_empty_outputs(graph)
-    if rest is graph:
-        return compile_rest(graph)
     if rest is None:
         buffers = {name: Buffer(name, node.shape, node.dtype, "input") for name, node in graph.inputs.items()}
         empty = KernelProgram(graph.name, buffers, [], tuple(graph.inputs), {})
