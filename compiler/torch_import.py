@@ -25,13 +25,14 @@ import numpy as np
 from tensorsmith.ir import nn
 from tensorsmith.ir.dtypes import LARGEST_FINITE, DType
 from tensorsmith.ir.errors import TensorsmithError, located
+from tensorsmith.ir.experts import grouped_experts
 from tensorsmith.ir.graph import Graph
 from tensorsmith.ir.node import Node
 from tensorsmith.ir.ops import Op
 from tensorsmith.ir.sliced import slices_sunk
 from tensorsmith.ir.tensor import Tensor, constant, equal, iota, logical_and, logical_not, where
 
-from . import dense_experts
+from . import torch_experts
 from .imported import ImportedModel, ImportedProgram, ModelImportError, finite, identifier
 from .folded_batch_norms import folded_batch_norms
 from .joined_products import joined_products
@@ -227,15 +228,16 @@ def _check_caches_initialized(example_inputs: Sequence[Any]) -> None:
 @contextlib.contextmanager
 def _exportable_experts(module: Any) -> Iterator[None]:
     """transformers' mixture-of-experts layers switched, for the export, to a form of static shapes: every expert
-    on every token (`dense_experts`). Their default groups tokens by expert (sort, histogram, grouped products of
-    sizes known only at run time), which has no static-shape graph. The module is given back as it was."""
+    on every token, or grouped by expert on the routed tokens only (`torch_experts`). Their default groups tokens
+    by expert with a sort and sizes known only at run time, which no static-shape graph holds. The module is given
+    back as it was."""
     configs = {id(c): c for m in module.modules() if (c := getattr(m, "config", None)) is not None
                and getattr(c, "_experts_implementation", None) is not None} if hasattr(module, "modules") else {}
     saved = {key: config._experts_implementation for key, config in configs.items()}
     try:
-        if configs and dense_experts.register():
+        if configs and torch_experts.register():
             for config in configs.values():
-                config._experts_implementation = dense_experts.NAME
+                config._experts_implementation = torch_experts.NAME
         yield
     finally:
         for key, config in configs.items():
@@ -725,6 +727,14 @@ def _cat(node: Any, tensors: list[Tensor], dim: int = 0) -> Tensor:
     return nn.concat(joined or tensors[:1], dim)
 
 
+def _grouped_experts(node: Any, hidden: Tensor, ids: Tensor, weights: Tensor, gate_up: Tensor, down: Tensor
+                     ) -> Tensor:
+    """`tensorsmith::grouped_experts` (torch_experts' form of a Mixtral-style layer): the routed pairs' products
+    grouped by expert, gate and up the halves of the concatenated weight."""
+    half = gate_up.shape[1] // 2
+    return grouped_experts(hidden, ids.cast("int32"), weights, gate_up[:, :half], gate_up[:, half:], down)
+
+
 LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.view.default": _reshape, "aten._unsafe_view.default": _reshape, "aten.reshape.default": _reshape,
     "aten.unsqueeze.default": _reshape, "aten.squeeze.dim": _reshape, "aten.squeeze.dims": _reshape,
@@ -795,6 +805,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten.var.correction": _variance(root=False), "aten.std.correction": _variance(root=True),
     "aten.argmax.default": _arg(nn.argmax), "aten.argmin.default": _arg(nn.argmin),
     "aten.cumsum.default": lambda node, x, dim, dtype=None: nn.cumsum(x, dim),
+    torch_experts.GROUPED_OP.replace("::", ".") + ".default": _grouped_experts,
     "aten.full_like.default": _full_like,
     "aten.convolution.default": _convolution, "aten.conv2d.default": _conv, "aten.conv1d.default": _conv,
     "aten.max_pool2d_with_indices.default": _max_pool, "aten.max_pool3d_with_indices.default": _max_pool,

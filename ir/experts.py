@@ -23,6 +23,11 @@ from .tensor import Tensor, equal, iota, where
 TILE = 64   # rows a tile of routed tokens holds: the matmul's tile height
 
 
+def grouped_rows(tokens: int, k: int, experts: int, tile: int = TILE) -> int:
+    """The rows the grouped layout holds: every pair, and at most tile - 1 padding rows per expert, in whole tiles."""
+    return -(-(tokens * k + experts * (tile - 1)) // tile) * tile
+
+
 @dataclass(frozen=True)
 class Routing:
     """Where each (token, expert) pair's row is, which token each row holds, and each tile's expert."""
@@ -40,7 +45,7 @@ def routing(top_ids: Tensor, experts: int, tile: int = TILE) -> Routing:
                          f"{top_ids.dtype} at {user_location()}")
     tokens, k = top_ids.shape
     pairs = tokens * k
-    rows = -(-(pairs + experts * (tile - 1)) // tile) * tile
+    rows = grouped_rows(tokens, k, experts, tile)
     onehot = equal(top_ids.reshape(pairs, 1).expand((pairs, experts)), iota((pairs, experts), 1)).cast("float32")
     rank = ((cumsum(onehot, 0) - onehot) * onehot).sum(1)                 # earlier pairs with the same expert
     counts = onehot.sum(0)

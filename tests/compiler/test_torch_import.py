@@ -640,6 +640,37 @@ def test_a_mixture_of_experts_imports_from_its_default_call_and_matches_eager(fa
         assert _relative(program(ids).logits, model(ids).logits) < 1e-5
 
 
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+def test_a_mixture_of_experts_over_many_tokens_computes_the_routed_tokens_only(family: str) -> None:
+    """At 160 tokens the grouped form has fewer rows than every expert on every token: the experts' products run on
+    the routed pairs' rows, grouped by expert in whole tiles (no product of all experts over all tokens), and the
+    logits match eager; the form's own PyTorch computation matches the model's default too."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    from tensorsmith.ir.experts import TILE, grouped_rows
+    from tensorsmith.torch_experts import NAME, register
+    tokens, k, experts = 160, 2, 4 if family == "mixtral" else 8
+    decoder = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                   vocab_size=100, num_hidden_layers=2, max_position_embeddings=256, num_experts_per_tok=k)
+    model = (transformers.MixtralForCausalLM(transformers.MixtralConfig(**decoder, num_local_experts=experts))
+             if family == "mixtral" else
+             transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+                 **decoder, num_experts=experts, moe_intermediate_size=32, shared_expert_intermediate_size=64))).eval()
+    ffn = 128 if family == "mixtral" else 32
+    ids = torch.randint(0, 100, (1, tokens))
+    imported = import_torch(model, (ids,))
+    shapes = {node.shape for node in imported.graph.nodes()}
+    assert (grouped_rows(tokens, k, experts) // TILE, TILE, ffn) in shapes      # each tile times its expert's gate
+    assert not {(experts, tokens, 2 * ffn), (1, experts, tokens, 2 * ffn)} & shapes
+    inputs = {**{name: t.numpy() for name, t in zip(imported.arguments, (ids,))},
+              **{name: t.detach().numpy() for name, t in imported.bound.items()}}
+    with torch.no_grad():
+        want = model(ids).logits
+        assert register()
+        model.config._experts_implementation = NAME        # the form the export takes, run by PyTorch
+        assert _relative(model(ids).logits, want) < 1e-5
+    assert _relative(torch.from_numpy(next(iter(ts.evaluate(imported.graph, inputs).values()))), want) < 1e-5
+
+
 class _CacheStep(torch.nn.Module):
     """One call of a causal LM over a static cache, as a generate loop makes it: the last position's logits."""
 
