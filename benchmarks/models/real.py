@@ -1,10 +1,11 @@
-"""Hugging Face models at the sizes people import them: Llama-3.2-1B's shape, Qwen2.5-0.5B's, GPT-2 124M's and
-BERT-base's, each built from a transformers configuration with random weights (nothing is downloaded) and imported
-by `ts.import_torch`, as a user imports the model they run; need torch and transformers.
+"""Hugging Face models at the sizes people import them: Llama-3.2-1B's shape, Qwen2.5-0.5B's, Mixtral-8x7B's,
+GPT-2 124M's and BERT-base's, each built from a transformers configuration with random weights (nothing is
+downloaded) and imported by `ts.import_torch`, as a user imports the model they run; need torch and transformers.
 
 - family "model": each model at 2 of its layers (the width, heads and vocabulary are the real model's), on one
   sequence of a decode-like 16 tokens and a prefill of 512 and 2048 (1024 for GPT-2, whose positions end there; 512
-  only for BERT), in float16 and bfloat16, and one float32 row per model at 512 tokens;
+  only for BERT), in float16 and bfloat16, and one float32 row per model at 512 tokens; Mixtral-8x7B's shape (a
+  mixture of 8 experts, 2 per token) at 512 tokens in float16 only (its 2 layers hold 3.2 billion parameters);
 - family "depth": Llama-3.2-1B's shape at 1, 2, 4, 8, 16 and 32 layers (`llama1b_<N>layers`), 512 tokens, float16,
   so that compile and run time are seen growing with depth.
 
@@ -29,6 +30,7 @@ class Model:
     layers: int                        # the real model's
     shapes: tuple[str, ...]            # keys of SHAPES
     encoder: bool = False              # the last hidden state is the output (no language-model head)
+    rows: tuple[tuple[str, str], ...] = ()   # its (shape, dtype) rows where not every narrow dtype and float32
 
 
 def _llama1b(layers: int) -> Any:
@@ -49,6 +51,15 @@ def _qwen05b(layers: int) -> Any:
         num_hidden_layers=layers)
 
 
+def _mixtral(layers: int) -> Any:
+    from transformers import MixtralConfig
+
+    return MixtralConfig(  # type: ignore[call-arg]   # rope_theta: as for Llama
+        hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+        num_local_experts=8, num_experts_per_tok=2, rope_theta=1000000.0, rms_norm_eps=1e-5,
+        max_position_embeddings=32768, num_hidden_layers=layers)
+
+
 def _gpt2(layers: int) -> Any:
     from transformers import GPT2Config
 
@@ -64,6 +75,7 @@ def _bert(layers: int) -> Any:
 MODELS = {
     "llama1b": Model("Llama-3.2-1B", _llama1b, 16, ("d16", "p512", "p2048")),
     "qwen05b": Model("Qwen2.5-0.5B", _qwen05b, 24, ("d16", "p512", "p2048")),
+    "mixtral": Model("Mixtral-8x7B", _mixtral, 32, ("p512",), rows=(("p512", "fp16"),)),
     "gpt2": Model("GPT-2 124M", _gpt2, 12, ("d16", "p512", "p1024")),
     "bert": Model("BERT-base", _bert, 12, ("d16", "p512"), encoder=True),
 }
@@ -124,7 +136,10 @@ def case(model: str, layers: int, shape: str, dtype: str, name: str, family: str
 
 
 def rows(model: str) -> list[tuple[str, str]]:
-    """The (shape, dtype) of each of a model's rows: the narrow dtypes at every shape, float32 at one."""
+    """The (shape, dtype) of each of a model's rows: its own, else the narrow dtypes at every shape, float32 at
+    one."""
+    if MODELS[model].rows:
+        return list(MODELS[model].rows)
     return [(shape, dtype) for shape in MODELS[model].shapes for dtype in NARROW] + [(FLOAT32_SHAPE, "fp32")]
 
 

@@ -38,9 +38,9 @@ def _listed(capsys: pytest.CaptureFixture[str], *patterns: str) -> dict[str, str
 
 def test_every_model_is_a_row_at_each_of_its_shapes_in_each_dtype() -> None:
     expected = {f"{model}_{shape}_{dtype}" for model, shapes in SHAPES.items() for shape in shapes
-                for dtype in ("fp16", "bf16")} | {f"{model}_p512_fp32" for model in SHAPES}
+                for dtype in ("fp16", "bf16")} | {f"{model}_p512_fp32" for model in SHAPES} | {"mixtral_p512_fp16"}
     models = _family("model")
-    assert {case.name for case in models} == expected and len(models) == len(expected) == 26
+    assert {case.name for case in models} == expected and len(models) == len(expected) == 27
     assert all(isinstance(case, DeferredCase) and case.parameters is not None and "case" not in vars(case)
                for case in models)
     assert CASES["llama1b_p512_fp16"].note == "Llama-3.2-1B's shape, 2 of its 16 layers, prefill of 512 tokens, float16"
@@ -76,6 +76,8 @@ def test_list_gives_each_real_model_its_parameter_count(capsys: pytest.CaptureFi
     assert CASES["gpt2_d16_fp16"].parameters() == count == 53_561_088
     assert rows["gpt2_d16_fp16"] == rows["gpt2_p512_fp32"] == f"{count / 1e6:.1f} M params" == "53.6 M params"
     assert CASES["llama1b_16layers"].parameters() == pytest.approx(1.2358e9, rel=1e-3)
+    mixtral_layer = 8 * 3 * 4096 * 14336 + 2 * 4096 * 4096 + 2 * 4096 * 1024 + 4096 * 8 + 2 * 4096  # experts, router
+    assert CASES["mixtral_p512_fp16"].parameters() == 2 * 32000 * 4096 + 4096 + 2 * mixtral_layer   # 46.7 B at 32
     assert CASES["llama1b_16layers"].parameters() == LLAMA_1B and rows["llama1b_16layers"] == "1.24 B params"
     counts = [CASES[name].parameters() for name in DEPTHS]
     assert [b - a for a, b in zip(counts, counts[1:])] == [LLAMA_LAYER, 2 * LLAMA_LAYER, 4 * LLAMA_LAYER,
