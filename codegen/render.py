@@ -73,6 +73,11 @@ def _environment() -> jinja2.Environment:
                               trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
 
 
+def render_template(name: str, **context: object) -> str:
+    """A template of templates/ that no kernel of a program uses (launch_cost.py's empty kernel), rendered."""
+    return _environment().get_template(name).render(**context)
+
+
 def render_program(program: KernelProgram, version: str = "", arch: str = HOPPER) -> list[RenderedKernel]:
     """Every kernel of `program`, in order (kernels without a schedule at `arch`'s default)."""
     return [render_kernel(program, position, version, arch) for position in range(len(program.kernels))]

@@ -106,7 +106,7 @@ def search_stage(context: Context, layered: Layered, forms: Forms) -> Searched:
 def _calibrated(context: Context) -> Calibration:
     """The target as this GPU runs it: what one more kernel costs, as programs are called (a graph's replay), and the
     cost model as this GPU's kernels measured before correct it."""
-    target = replace(context.target, launch_s=measured_launch_seconds())
+    target = replace(context.target, launch_s=measured_launch_seconds(context.target.programmatic_launch))
     times = _kernel_times(context.kernel_times_path, target)
     fits = refit.fit(times.records, context.options.seed)
     if fits:   # the model as this GPU's measured kernels correct it

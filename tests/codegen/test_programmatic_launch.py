@@ -103,6 +103,15 @@ def test_every_template_begins_its_kernels_with_kernel_begin() -> None:
     assert kernels >= 7
 
 
+def test_the_empty_kernel_that_prices_a_launch_begins_as_every_kernel_does() -> None:
+    """launch_cost measures one more kernel with a kernel that begins as the program's do, and compiles for sm90."""
+    from tensorsmith.codegen.launch_cost import ENTRY, empty_kernel_source
+    from tensorsmith.codegen.nvrtc import compile_cubin
+    source = empty_kernel_source()
+    assert source[source.index(") {\n") + len(") {\n"):].startswith(kernel_begin())
+    assert compile_cubin(source, ENTRY)
+
+
 @pytest.mark.parametrize("case", CASE_NAMES)
 def test_every_rendered_kernel_waits_first(case: str) -> None:
     begin = kernel_begin()
