@@ -748,13 +748,14 @@ def test_a_float16_decode_loop_on_the_gpu_matches_eager_step_by_step() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="needs an NVIDIA GPU")
-def test_a_float16_mixture_of_experts_on_the_gpu_matches_eager() -> None:
+@pytest.mark.parametrize("tokens", [16, 160])    # every expert on every token; the routed tokens grouped by expert
+def test_a_float16_mixture_of_experts_on_the_gpu_matches_eager(tokens: int) -> None:
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     config = transformers.MixtralConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
                                         num_key_value_heads=2, vocab_size=100, num_hidden_layers=2,
-                                        max_position_embeddings=64, num_experts_per_tok=2, num_local_experts=4)
+                                        max_position_embeddings=256, num_experts_per_tok=2, num_local_experts=4)
     model = transformers.MixtralForCausalLM(config).eval().half().cuda()
-    ids = torch.randint(0, 100, (1, 16), device="cuda")
+    ids = torch.randint(0, 100, (1, tokens), device="cuda")
     program = from_torch(model, (ids,), **QUICK)
     with torch.no_grad():
         assert _relative(program(ids).logits, model(ids).logits) < 1e-2
