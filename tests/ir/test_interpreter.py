@@ -602,3 +602,35 @@ def test_a_large_float16_weight_is_widened_a_block_at_a_time_not_whole(transpose
     np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
     assert len(blocks) == 4                                   # 4096 columns, 1024 at a time
     assert peak < weight.nbytes / 2, f"{peak / 2**20:.0f} MiB held at once"
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_a_lookup_copies_the_selected_slices_and_zeros_ids_out_of_the_table(axis: int) -> None:
+    """take() of a table along each of its axes with 2-D computed ids, some out of the table: each id's slice, and
+    zeros for the ids outside it (the table is read as slices, once per id, not an index per element)."""
+    from tensorsmith.ir.nn import take
+    g = ts.Graph("lookup")
+    table = g.input("table", (3, 4, 5))
+    ids = g.input("ids", (2, 3), "int32") - 1           # computed: -1 and the last id + 1 are out of the table
+    g.output("y", take(table, ids, axis))
+    rng = np.random.default_rng(axis)
+    values = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    length = values.shape[axis]
+    given = rng.integers(0, length + 2, (2, 3)).astype(np.int32)
+    given[0, 0], given[1, 2] = 0, length + 1
+    got = ts.evaluate(g, {"table": values, "ids": given})["y"]
+    picked = np.take(values, np.clip(given - 1, 0, length - 1), axis)
+    outside = ((given - 1 < 0) | (given - 1 >= length)).reshape((1,) * axis + (2, 3) + (1,) * (2 - axis))
+    np.testing.assert_array_equal(got, np.where(outside, 0, picked))
+
+
+@pytest.mark.parametrize("rhs_batch", [(1,), (3,)])   # one weight broadcast over the batch; a weight per batch
+def test_a_narrow_right_operand_is_multiplied_as_its_widened_values(rhs_batch: tuple[int, ...]) -> None:
+    """widening_matmul widens a large float16 operand a block (or a batch) at a time: the product is numpy's of the
+    widened operands, for each batch its own matrix."""
+    from tensorsmith.ir.interpreter import widening_matmul
+    rng = np.random.default_rng(0)
+    lhs = rng.standard_normal((3, 5, 300))
+    rhs = rng.standard_normal(rhs_batch + (300, 400)).astype(np.float16)
+    got = widening_matmul(lhs, rhs, np.dtype(np.float64))
+    np.testing.assert_allclose(got, np.matmul(lhs, rhs.astype(np.float64)), rtol=1e-12, atol=1e-12)
