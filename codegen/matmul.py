@@ -13,6 +13,7 @@ or by cp.async where TMA cannot address them by tile coordinates (matmul_wgmma.c
 from __future__ import annotations
 
 import math
+import re
 from functools import lru_cache
 
 from tensorsmith.ir.dtypes import DType
@@ -92,6 +93,7 @@ def matmul_body(kernel: Kernel, shapes: dict, schedule: Schedule) -> dict:
         "pad_b": matmul_pad(operand_bytes, b_layout == "k"),
         "load_a": "\n".join(load_a), "value_a": value_a, "load_b": "\n".join(load_b), "value_b": value_b,
         "a_major": a_layout, "b_major": b_layout, "copy_a": copy_a, "copy_b": copy_b,
+        "picked_per_block": [copy for copy in (copy_a, copy_b) if copy and copy.get("per_block")],
         "computed_a": plan["computed_a"], "computed_b": plan["computed_b"],
         "epilogue": "\n".join(epilogue.lines), "pair_store": plan["pair_store"],
         # wgmma epilogues: 16-byte stores (a quad of lanes transposes its pairs by shuffles) where N is a multiple of 8
@@ -279,8 +281,15 @@ def _operand(shapes: dict, node: Node, index: tuple[str, ...],
         if len(table) == 1 and table[0][0].dtype == node.dtype:
             copy = _copy_plan(shapes, *table[0], major, node.dtype)
             if copy is not None:
-                copy.update(lines="\n".join(emitter.lines[:gathered.lines]), valid=gathered.valid)
+                lines = "\n".join(emitter.lines[:gathered.lines])
+                copy.update(lines=lines, valid=gathered.valid, per_block=not _reads_any(lines + gathered.valid, axes))
     return emitter.lines, value, major, copy
+
+
+def _reads_any(code: str, names: tuple[str, ...]) -> bool:
+    """Whether the statements read any of the variables `names` (a tile loader's element coordinates): those that
+    read none select the same rows for the whole block (a tile's expert), and are computed once for it."""
+    return re.search(r"\b(" + "|".join(names) + r")\b", code) is not None
 
 
 def _copy_plan(shapes: dict, leaf: Node, where: Index, major: str, dtype: DType) -> dict | None:

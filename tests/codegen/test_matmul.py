@@ -304,6 +304,10 @@ def test_an_experts_weight_selected_by_a_tile_is_copied_from_its_rows(schedule: 
     assert (kernel.arch == "sm_90a") if schedule else ("A and B copied asynchronously" in kernel.source)
     copy = next(line for line in kernel.source.splitlines() if "cp_async_16" in line and "g_w[" in line)
     assert "(row" in copy and "&& (" in copy and ">= 0 &&" in copy, copy
+    # the expert is picked per tile, so a tile routed to none skips its K loop: zero K tiles, not zeros multiplied
+    assert "bool picked = true;" in kernel.source and ("!picked ? 0 : " + ("K_TILES" if schedule else "min(")
+                                                        in kernel.source)
+    assert "picked" not in matmul_program(MATMUL_CASES["dividing"](), schedule)[1].source   # a plain product
     assert is_cubin(compile_cubin(kernel.source, kernel.name, arch=kernel.arch or "sm_90"))
     rng = np.random.default_rng(5)
     inputs = {"x": rng.standard_normal((6, 64, 136)).astype(np.float16),
