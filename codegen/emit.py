@@ -132,11 +132,22 @@ def view_source_index(node: Node, index: Index) -> tuple[Index, str | None]:
 
 
 def _reshape_index(index: Index, shape: tuple[int, ...], src_shape: tuple[int, ...]) -> Index:
-    if squeezed(shape) == squeezed(src_shape):
-        # only size-1 axes come or go: carry the other indices across unchanged
-        kept = iter(i for i, d in zip(index, shape) if d != 1)
-        return tuple("0" if d == 1 else next(kept) for d in src_shape)
-    return delinearize(linear_index(index, shape), src_shape)
+    """The source's index of a reshape's element at `index`. Size-1 axes are index 0; of the others, the leading
+    and trailing axes the reshape keeps are carried across, and those between are re-indexed through their row-major
+    offset: rows of 64 tokens viewed as one row axis read (b * 64 + m, k), k still a plain index (a copy's)."""
+    dims, src_dims = squeezed(shape), squeezed(src_shape)
+    kept = [i for i, d in zip(index, shape) if d != 1]
+    lead = 0
+    while lead < min(len(dims), len(src_dims)) and dims[lead] == src_dims[lead]:
+        lead += 1
+    trail = 0
+    while (trail < min(len(dims), len(src_dims)) - lead
+           and dims[len(dims) - 1 - trail] == src_dims[len(src_dims) - 1 - trail]):
+        trail += 1
+    middle, src_middle = dims[lead:len(dims) - trail], src_dims[lead:len(src_dims) - trail]
+    inner = delinearize(linear_index(tuple(kept[lead:len(kept) - trail]), middle), src_middle) if src_middle else ()
+    carried = iter(tuple(kept[:lead]) + inner + tuple(kept[len(kept) - trail:]))
+    return tuple("0" if d == 1 else next(carried) for d in src_shape)
 
 
 @dataclass(frozen=True)
