@@ -72,7 +72,7 @@ def grouped_experts(x: Tensor, top_ids: Tensor, top_weights: Tensor, gate: Tenso
     k = top_ids.shape[1]
     layout = routing(top_ids, experts, tile)
     rows = layout.row_token.shape[0]
-    routed = take(x, layout.row_token.reshape(rows // tile, tile), 0)   # (tiles, tile, H); padding rows: zeros
+    routed = take(x, layout.row_token, 0).reshape(rows // tile, tile, hidden)   # padding rows: zeros
 
     def product(h: Tensor, weight: Tensor) -> Tensor:
         return h @ take(weight, layout.tile_expert, 0).transpose(1, 2)   # each tile times its expert's weight
