@@ -7,7 +7,10 @@
 # ONLY=gelu,softmax picks memory-bound rows; `sass` prints where the device's ptxas puts the wgmma waits, with
 # nvidia-cuda-nvdisasm's wheel downloaded into .whl; `fuzz` runs benchmarks/fuzz.py over FUZZ_GRAPHS graphs (10000)
 # from seed 0 on the machine's CPUs, FUZZ_SHARDS (12) processes in the background while the steps after it run;
-# `wait` waits for them, until DEADLINE (570) seconds into the script, and prints their last counts)
+# `wait` waits for them, until DEADLINE (570) seconds into the script, and prints their last counts; `launch` prints
+# what one more kernel costs a replayed graph, with ordinary and with programmatic launches; `decode` runs
+# benchmarks/decode.py at LAYERS (16) layers, Llama-3.2-1B's shape, about 5 minutes with its compile. The Mixtral
+# row is a bench case: bench_h200.sh mixtral mixtral_p512_fp16 --baselines eager,compile --no-backend)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 STEPS=${*:-tests examples memory matmul attention}
@@ -37,4 +40,7 @@ matmul) (cd benchmarks && python3 matmul.py --sweep --wgmma \
             && python3 matmul.py --sweep --defaults --dtype bfloat16) 2>&1 | tee $OUT/matmul.log | grep -E "^ *[0-9]+ x|default|WRONG|float16" ;;
 sass) python3 benchmarks/sass.py 2>&1 | tee $OUT/sass.log ;;   # needs the nvidia-cuda-nvdisasm wheel in .whl
 attention) (cd benchmarks && python3 attention.py --sweep) 2>&1 | tee $OUT/attention.log | tail -30 ;;
+launch) python3 -c "from tensorsmith.codegen.launch_cost import measured_launch_seconds as m; print('one more kernel:'
+        ' %.2f us ordinary, %.2f us programmatic' % (m(False) * 1e6, m(True) * 1e6))" | tee $OUT/launch.txt ;;
+decode) python3 benchmarks/decode.py --layers "${LAYERS:-16}" --kernels 12 2>&1 | tee $OUT/decode.log | tail -40 ;;
 esac; done
