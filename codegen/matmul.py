@@ -20,7 +20,7 @@ from tensorsmith.ir.dtypes import DType
 from tensorsmith.ir.kernel_program import Kernel, Schedule
 from tensorsmith.ir.node import Node, squeezed
 from tensorsmith.ir.ops import VIEWS, Op
-from tensorsmith.ir.patterns import MatmulMatch, match_gather, match_matmul
+from tensorsmith.ir.patterns import MatmulMatch, lookup_table, match_gather, match_matmul
 from tensorsmith.ir.targets import TARGETS
 
 from .emit import Emitter, Gathered, Index, NotFusable, delinearize, linear_index, pair_store
@@ -311,7 +311,4 @@ def _gathered_rows(emitter: Emitter, node: Node) -> Gathered | None:
         node = node.srcs[0]
     if len(emitter.gathers) != 1 or emitter.gathers[0].lookup.reduce is not node:
         return None
-    values = emitter.gathers[0].lookup.values
-    while values.op in VIEWS:
-        values = values.srcs[0]
-    return emitter.gathers[0] if values.op == Op.INPUT else None
+    return emitter.gathers[0] if lookup_table(emitter.gathers[0].lookup) is not None else None

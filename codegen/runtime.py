@@ -481,6 +481,12 @@ class Launch:
     programmatic: bool = False
 
 
+def launch_item(item: Launch, stream: Any = None) -> None:
+    """`launch` of one `Launch` (programmatic where it is marked so), on `stream`."""
+    launch(item.function, item.grid, item.block, item.args, item.shared_bytes, stream=stream,
+           programmatic=item.programmatic)
+
+
 class LaunchGraph:
     """Launches in a fixed order as one instantiated CUDA graph: `replay(stream)` queues them all with one driver
     call, leaving no launch gaps of Python's between them. `repoint(launches)` gives the same kernels other
@@ -530,8 +536,7 @@ def _captured(launches: Sequence[Launch]) -> driver.CUgraph:
     _cu(driver.cuStreamBeginCapture, stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
     try:
         for item in launches:
-            launch(item.function, item.grid, item.block, item.args, item.shared_bytes, stream=stream,
-                   programmatic=item.programmatic)
+            launch_item(item, stream)
     except DeviceError:
         err, graph = driver.cuStreamEndCapture(stream)     # end the capture; the launch's own error is the one told
         if err == driver.CUresult.CUDA_SUCCESS and graph:

@@ -367,8 +367,7 @@ class DeviceCaller:
         self._check_addresses(framework, inputs, outputs, pointers)
         pointers.update({name: base + offset for name, offset in self.offsets.items()})
         for item in self._launches(pointers):
-            runtime.launch(item.function, item.grid, item.block, item.args, item.shared_bytes, stream=stream,
-                           programmatic=item.programmatic)
+            runtime.launch_item(item, stream)
         return outputs
 
 

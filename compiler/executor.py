@@ -136,8 +136,7 @@ class Session:
 
     def launch(self, position: int) -> None:
         item = kernel_launch(self.program.kernels[position], self.functions[position], self.pointers)
-        runtime.launch(item.function, item.grid, item.block, item.args, item.shared_bytes,
-                       programmatic=item.programmatic)
+        runtime.launch_item(item)
 
     def launches(self) -> list[runtime.Launch]:
         """Every kernel's launch on this session's buffers, in order."""

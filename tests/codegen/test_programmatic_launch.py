@@ -16,6 +16,7 @@ from cuda.bindings import driver, nvrtc
 
 import tensorsmith as ts
 from attention_cases import ATTENTION_CASES, WGMMA_SCHEDULES, attention_graph, attention_program
+from captured_graphs import replayed_in_a_captured_graph
 from graph_cases import CASES, residual_layers
 from matmul_cases import MATMUL_CASES, matmul_program
 from tensorsmith.codegen import render, runtime
@@ -267,16 +268,5 @@ def test_a_chain_of_programmatic_kernels_computes_the_reference() -> None:
         torch.cuda.synchronize()
         assert_right(inputs, outputs)
     first, second = random_inputs(graph, seed=6), random_inputs(graph, seed=7)
-    static = {name: torch.from_numpy(array).cuda() for name, array in first.items()}
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):                 # warm up outside the capture, as torch asks
-        program(**static)
-    torch.cuda.synchronize()
-    captured_graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(captured_graph):
-        captured = program(**static)
-    for name, array in second.items():
-        static[name].copy_(torch.from_numpy(array).cuda())
-    captured_graph.replay()
-    torch.cuda.synchronize()
-    assert_right(second, captured)
+    on_gpu = [{name: torch.from_numpy(array).cuda() for name, array in draw.items()} for draw in (first, second)]
+    assert_right(second, replayed_in_a_captured_graph(program, *on_gpu))

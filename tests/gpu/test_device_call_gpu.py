@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tensorsmith as ts
+from captured_graphs import replayed_in_a_captured_graph
 from graph_cases import CASES
 from tensorsmith import nn
 from tensorsmith.codegen import runtime
@@ -77,19 +78,7 @@ def test_out_is_written_in_place(mlp: ts.Program) -> None:
 
 def test_a_program_captured_in_the_callers_cuda_graph_replays_right(mlp: ts.Program) -> None:
     first, second = random_inputs(mlp.graph, seed=11), random_inputs(mlp.graph, seed=12)
-    static = _on_gpu(first)
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):               # warm up outside the capture, as torch asks
-        mlp(**static)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = mlp(**static)
-    for name, value in _on_gpu(second).items():
-        static[name].copy_(value)
-    graph.replay()
-    torch.cuda.synchronize()
-    _assert_right(mlp, second, captured)
+    _assert_right(mlp, second, replayed_in_a_captured_graph(mlp, _on_gpu(first), _on_gpu(second)))
 
 
 def test_later_calls_allocate_no_device_memory(mlp: ts.Program) -> None:
